@@ -1,0 +1,72 @@
+"""One error hierarchy for upwell.
+
+A *permanent* error (InputRejected, DecodeError, BudgetExceeded, a payload that
+is not registered) is recorded and dropped. A *transient* error (TransientError,
+PoolError with a retryable kind) is raised so that the host redelivers.
+SDK errors are translated into these only in adapters, with ``raise ... from None``.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class UpwellError(Exception):
+    """Base of every error upwell raises on purpose."""
+
+    permanent = True
+
+
+class InputRejected(UpwellError):
+    """Bad input. ``field`` names the field, row or limit that failed."""
+
+    def __init__(self, message: str, *, field: str = "", row: int | None = None,
+                 limit: str = "", source: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.row = row
+        self.limit = limit
+        self.source = source
+
+    def to_dict(self) -> dict:
+        return {"error": type(self).__name__, "message": self.message, "field": self.field,
+                "row": self.row, "limit": self.limit, "source": self.source}
+
+
+class DecodeError(UpwellError):
+    """A message that cannot be decoded; never retried."""
+
+
+class BudgetExceeded(UpwellError):
+    """A job or pool has spent its budget; its work is no longer dispatched."""
+
+
+class ConfigError(UpwellError):
+    """A setting is missing or malformed; the message names the setting."""
+
+
+class TransientError(UpwellError):
+    """Worth retrying: storage hiccups, throttling, a node that went away."""
+
+    permanent = False
+
+
+class PoolErrorKind(str, Enum):
+    QUOTA = "quota"
+    CAPACITY = "capacity"
+    AUTH = "auth"
+    THROTTLED = "throttled"
+    NOT_FOUND = "not_found"
+    OTHER = "other"
+
+
+class PoolError(UpwellError):
+    """A worker-pool backend failed. ``kind`` says why; ``retry_after`` is seconds."""
+
+    def __init__(self, message: str, *, kind: PoolErrorKind = PoolErrorKind.OTHER,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
+        self.permanent = kind in (PoolErrorKind.QUOTA, PoolErrorKind.AUTH)

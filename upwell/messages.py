@@ -1,0 +1,87 @@
+"""The work item: a frozen dataclass, encoded as versioned JSON of at most 64 KiB.
+
+Anything larger than the limit must go to a blob and be referred to by URL.
+A message that fails to decode raises DecodeError, which is permanent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from upwell.errors import DecodeError, InputRejected
+
+SCHEMA_VERSION = 1
+MAX_MESSAGE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    job_id: str
+    shard_id: str
+    payload: str
+    pool: str
+    params: dict[str, Any] = field(default_factory=dict)
+    input_blob: str | None = None  # "<container>/<name>" of the staged input, if any
+    checkpoint_prefix: str = ""  # "checkpoints/<job>/<shard>/"
+    result_prefix: str = ""  # "results/<job>/<shard>"
+    attempt: int = 1
+    trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ranks: int = 1
+    gpus: int = 0
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def result_blob(self) -> str:
+        return f"{self.job_id}/{self.shard_id}.json"
+
+    def with_attempt(self, attempt: int) -> "WorkItem":
+        return dataclasses.replace(self, attempt=attempt)
+
+
+def encode(item: WorkItem, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """Encode to JSON text; raise InputRejected naming the limit if too large."""
+    text = json.dumps(dataclasses.asdict(item), separators=(",", ":"), sort_keys=True)
+    size = len(text.encode())
+    if size > limit:
+        raise InputRejected(
+            f"work item for shard {item.shard_id} is {size} bytes; the limit is {limit}",
+            field="params", limit=f"max_message_bytes={limit}")
+    return text
+
+
+_FIELDS = {f.name for f in dataclasses.fields(WorkItem)}
+_REQUIRED = {f.name for f in dataclasses.fields(WorkItem)
+             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
+def decode(text: str | bytes) -> WorkItem:
+    """Decode JSON (or base64-wrapped JSON, as some clients send) into a WorkItem."""
+    try:
+        raw = text.decode() if isinstance(text, bytes) else text
+        raw = raw.strip()
+        if raw and raw[0] != "{":
+            raw = base64.b64decode(raw, validate=True).decode()
+        data = json.loads(raw)
+    except (UnicodeDecodeError, binascii.Error, json.JSONDecodeError, ValueError) as exc:
+        raise DecodeError(f"work item is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DecodeError("work item is not a JSON object")
+    version = data.get("schema", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise DecodeError(f"work item schema {version!r} is not supported (expected {SCHEMA_VERSION})")
+    missing = _REQUIRED - data.keys()
+    if missing:
+        raise DecodeError(f"work item lacks {sorted(missing)}")
+    unknown = data.keys() - _FIELDS
+    if unknown:
+        raise DecodeError(f"work item has unknown fields {sorted(unknown)}")
+    try:
+        return WorkItem(**data)
+    except TypeError as exc:
+        raise DecodeError(str(exc)) from None

@@ -1,0 +1,69 @@
+"""The storage and configuration names that the code and the Bicep templates share.
+
+Every container, queue, table and app-setting name lives here once; the
+name-consistency test checks that `bicep/` creates exactly these.
+"""
+
+from __future__ import annotations
+
+# Blob containers (DESIGN.md "Contracts").
+INCOMING = "incoming"
+PIPELINES = "pipelines"
+SHARDS = "shards"
+CHECKPOINTS = "checkpoints"
+RESULTS = "results"
+REPORTS = "reports"
+QUARANTINE = "quarantine"
+CONTAINERS = (INCOMING, PIPELINES, SHARDS, CHECKPOINTS, RESULTS, REPORTS, QUARANTINE)
+
+# The Functions host keeps its own containers; the devhost uses the same names.
+HOST_RECEIPTS = "azure-webjobs-hosts"
+BLOB_POISON_QUEUE = "webjobs-blobtrigger-poison"
+
+# Queues: one per pool, each with a -poison twin, plus the report queue.
+POOLS = ("cpu", "mpi", "gpu")
+POISON_SUFFIX = "-poison"
+REPORT_QUEUE = "report"
+
+
+def work_queue(pool: str) -> str:
+    """The work queue of a pool: `work-<pool>`."""
+    return f"work-{pool}"
+
+
+def poison_queue(queue: str) -> str:
+    return f"{queue}{POISON_SUFFIX}"
+
+
+QUEUES = tuple(work_queue(p) for p in POOLS) + (REPORT_QUEUE,)
+ALL_QUEUES = QUEUES + tuple(poison_queue(q) for q in QUEUES)
+
+# Table storage.
+JOBS_TABLE = "jobs"
+SCALE_TABLE = "scaling"
+TABLES = (JOBS_TABLE, SCALE_TABLE)
+JOB_ROW = "job"
+
+# The connection the functions bind to ("connection=" in the handlers).  On Azure
+# it is identity based: STORAGE__serviceUri / __blobServiceUri ..., __credential,
+# __clientId. Locally it is the Azurite development connection string.
+CONNECTION = "AzureWebJobsStorage"
+
+# App settings that upwell reads (see upwell.settings).
+APP_SETTINGS = (
+    "UPWELL_POOLS",
+    "UPWELL_SCALE_SCHEDULE",
+    "UPWELL_MAX_UPLOAD_BYTES",
+    "UPWELL_MAX_SHARDS",
+    "UPWELL_MAX_MESSAGE_BYTES",
+    "UPWELL_MAX_PARAM_BYTES",
+    "UPWELL_MAX_CONCURRENCY",
+    "UPWELL_IMAGE_ALLOWLIST",
+    "UPWELL_BATCH_ACCOUNT_URL",
+    "UPWELL_SUBSCRIPTION_ID",
+    "UPWELL_RESOURCE_GROUP",
+    "UPWELL_WORKER_IDENTITY_ID",
+    "UPWELL_WORKER_IMAGE_CPU",
+    "UPWELL_WORKER_IMAGE_GPU",
+    "AZURE_CLIENT_ID",
+)
