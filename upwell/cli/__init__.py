@@ -1,0 +1,31 @@
+"""The ``upwell`` command line. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="upwell: event-driven research computing on Azure, and on this machine.")
+
+# Each module registers its commands on `app` through register(app).
+_MODULES = ("upwell.cli.local", "upwell.cli.payload", "upwell.cli.simulate", "upwell.cli.prices")
+
+
+def _register() -> None:
+    import importlib
+
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()
