@@ -1,0 +1,258 @@
+"""Cost: the dated price table that ships with the code, estimates, actuals and budgets.
+
+Prices are USD per node-hour. A *price key* names a row of the table: an Azure VM
+size (``Standard_NC6s_v3``), ``local`` (free) or a notional row such as
+``local-equivalent``. The table is loaded once into frozen dataclasses; pass a
+``PriceTable`` explicitly to use another one (a refreshed file, a test table).
+
+Worked examples (the DESIGN.md figures): 4 x Standard_NC6s_v3 x 24 h is about
+$215; one Standard_D32s_v4 for 48 h is about $120.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from upwell.errors import BudgetExceeded, ConfigError
+
+DEFAULT_KEY = "local"
+
+
+@dataclass(frozen=True)
+class Price:
+    """One row of the table. ``spot`` is None where the SKU has no spot offer."""
+
+    key: str
+    payg: float  # USD per node-hour, pay-as-you-go
+    spot: float | None  # USD per node-hour on spot (indicative)
+    kind: str = "vm"  # "vm" | "aci" | "local"
+    region: str = ""
+    vcpus: int = 0
+    memory_gib: float = 0.0
+    gpus: int = 0
+    gpu_model: str = ""
+    quota_family: str = ""  # e.g. "standardNCSv3Family": the scaler checks vCPU quota against it
+    spot_quota_family: str = ""
+    equivalent: str = ""  # an Azure key to compare with (for "local")
+    alias_of: str = ""
+    note: str = ""
+
+    def per_hour(self, spot: bool = False) -> float:
+        # No spot offer: charge PAYG, which overestimates rather than under.
+        return self.spot if spot and self.spot is not None else self.payg
+
+    @property
+    def is_azure(self) -> bool:
+        return self.kind != "local"
+
+
+@dataclass(frozen=True)
+class Services:
+    aci_vcpu_second: float = 0.0
+    aci_gb_second: float = 0.0
+    blob_hot_gb_month: float = 0.0
+    egress_free_gb_month: float = 0.0
+    egress_per_gb: float = 0.0
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """The whole table: ``as_of`` is the date its prices were taken."""
+
+    as_of: str
+    source: str
+    currency: str = "USD"
+    notes: tuple[str, ...] = ()
+    prices: Mapping[str, Price] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    services: Services = Services()
+
+    def get(self, key: str) -> Price:
+        try:
+            return self.prices[key]
+        except KeyError:
+            raise ConfigError(f"price key {key!r} is not in the price table of {self.as_of}; "
+                              f"known: {sorted(self.prices)}") from None
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.prices
+
+    def azure_equivalent(self, key: str) -> Price | None:
+        """The Azure row to compare a key with: itself, or its ``equivalent`` for local rows."""
+        row = self.prices.get(key)
+        if row is None:
+            return None
+        if row.is_azure:
+            return row
+        other = self.prices.get(row.equivalent)
+        return other if other is not None and other.is_azure else None
+
+
+def parse(data: Mapping[str, Any]) -> PriceTable:
+    """Build a PriceTable from the JSON document (``schema`` 1); aliases resolved."""
+    raw = dict(data.get("skus") or {})
+    prices: dict[str, Price] = {}
+    for key, row in raw.items():
+        target = row.get("alias_of")
+        if target:
+            if target not in raw or raw[target].get("alias_of"):
+                raise ConfigError(f"price key {key!r} aliases {target!r}, which is not a plain row")
+            row = {**raw[target], "equivalent": "", **row}
+        try:
+            prices[key] = _price(key, row)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"price key {key!r}: {exc}") from None
+    svc = data.get("services") or {}
+    services = Services(
+        aci_vcpu_second=float(svc.get("aci", {}).get("vcpu_second", 0.0)),
+        aci_gb_second=float(svc.get("aci", {}).get("gb_second", 0.0)),
+        blob_hot_gb_month=float(svc.get("blob_hot", {}).get("gb_month", 0.0)),
+        egress_free_gb_month=float(svc.get("egress", {}).get("free_gb_month", 0.0)),
+        egress_per_gb=float(svc.get("egress", {}).get("per_gb", 0.0)),
+    )
+    return PriceTable(as_of=str(data.get("as_of", "")), source=str(data.get("source", "")),
+                      currency=str(data.get("currency", "USD")), notes=tuple(data.get("notes") or ()),
+                      prices=MappingProxyType(prices), services=services)
+
+
+def _price(key: str, row: Mapping[str, Any]) -> Price:
+    spot = row.get("spot")
+    payg = float(row["payg"])
+    if payg < 0 or (spot is not None and float(spot) < 0):
+        raise ValueError("prices must not be negative")
+    return Price(key=key, payg=payg, spot=None if spot is None else float(spot),
+                 kind=str(row.get("kind", "vm")), region=str(row.get("region", "")),
+                 vcpus=int(row.get("vcpus", 0)), memory_gib=float(row.get("memory_gib", 0)),
+                 gpus=int(row.get("gpus", 0)), gpu_model=str(row.get("gpu_model", "")),
+                 quota_family=str(row.get("quota_family", "")),
+                 spot_quota_family=str(row.get("spot_quota_family", "")),
+                 equivalent=str(row.get("equivalent", "")), alias_of=str(row.get("alias_of", "")),
+                 note=str(row.get("note", "")))
+
+
+def default_path() -> Path:
+    return Path(str(resources.files("upwell.data").joinpath("prices.json")))
+
+
+def load(path: str | Path | None = None) -> PriceTable:
+    """Load a price table file; without a path, the one that ships with upwell (cached)."""
+    if path is None:
+        return _shipped()
+    return parse(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> PriceTable:
+    text = resources.files("upwell.data").joinpath("prices.json").read_text(encoding="utf-8")
+    return parse(json.loads(text))
+
+
+def price(key: str, spot: bool = False, *, prices: PriceTable | None = None) -> float:
+    """USD per node-hour for a price key, on spot or pay-as-you-go."""
+    return (prices or load()).get(key).per_hour(spot)
+
+
+def estimate(node_seconds: float, key: str, spot: bool = False, *, prices: PriceTable | None = None) -> float:
+    """USD for ``node_seconds`` on ``key``."""
+    return max(float(node_seconds), 0.0) / 3600.0 * price(key, spot, prices=prices)
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """Node-seconds and dollars for one (price key, spot) pair; ``usd`` None: key not in the table."""
+
+    key: str
+    spot: bool
+    node_seconds: float
+    shards: int
+    usd: float | None
+    per_hour: float | None
+
+
+def row_key(row: Mapping[str, Any], default_key: str | None = None,
+            pool_keys: Mapping[str, str] | None = None) -> str:
+    """The price key of one shard row: its own price_key, else its pool's key, else the default."""
+    key = row.get("price_key") or (pool_keys or {}).get(str(row.get("pool", "")))
+    return str(key or default_key or DEFAULT_KEY)
+
+
+def breakdown(shard_rows: Iterable[Mapping[str, Any]], key: str | None = None, *,
+              pool_keys: Mapping[str, str] | None = None, prices: PriceTable | None = None,
+              strict: bool = True) -> list[CostLine]:
+    """Sum node-seconds per (price key, spot) and price them. ``strict``: unknown keys raise."""
+    table = prices or load()
+    sums: dict[tuple[str, bool], list[float]] = {}
+    for row in shard_rows:
+        seconds = to_float(row.get("node_seconds"))
+        if seconds is None or seconds <= 0:
+            continue
+        acc = sums.setdefault((row_key(row, key, pool_keys), truthy(row.get("spot"))), [0.0, 0])
+        acc[0] += seconds
+        acc[1] += 1
+    lines = []
+    for (k, spot), (seconds, n) in sorted(sums.items()):
+        if k not in table and not strict:
+            lines.append(CostLine(k, spot, seconds, int(n), None, None))
+            continue
+        rate = table.get(k).per_hour(spot)
+        lines.append(CostLine(k, spot, seconds, int(n), seconds / 3600.0 * rate, rate))
+    return lines
+
+
+def actual(shard_rows: Iterable[Mapping[str, Any]], key: str | None = None, *,
+           pool_keys: Mapping[str, str] | None = None, prices: PriceTable | None = None) -> float:
+    """USD actually spent: the sum of each shard row's node_seconds x its price (spot or PAYG).
+
+    A row's key is its ``price_key``, else ``pool_keys[row["pool"]]``, else ``key``, else "local".
+    """
+    return sum(line.usd or 0.0 for line in breakdown(shard_rows, key, pool_keys=pool_keys, prices=prices))
+
+
+def remaining(budget_usd: float | None, spent_usd: float) -> float:
+    """What is left of a budget; inf without one. Raises BudgetExceeded once spending is over it."""
+    if budget_usd is None:
+        return math.inf
+    left = float(budget_usd) - float(spent_usd)
+    if left < 0:
+        raise BudgetExceeded(f"spent ${spent_usd:,.2f} of a ${budget_usd:,.2f} budget "
+                             f"(${-left:,.2f} over); no more work is dispatched")
+    return left
+
+
+def aci_per_hour(vcpus: float, memory_gb: float, *, prices: PriceTable | None = None) -> float:
+    """USD per hour for one ACI container group of this size."""
+    svc = (prices or load()).services
+    return 3600.0 * (vcpus * svc.aci_vcpu_second + memory_gb * svc.aci_gb_second)
+
+
+def storage_month(gb: float, *, prices: PriceTable | None = None) -> float:
+    """USD per month to keep ``gb`` in hot blob storage."""
+    return max(gb, 0.0) * (prices or load()).services.blob_hot_gb_month
+
+
+def egress(gb_month: float, *, prices: PriceTable | None = None) -> float:
+    """USD for a month's internet egress, after the free allowance."""
+    svc = (prices or load()).services
+    return max(gb_month - svc.egress_free_gb_month, 0.0) * svc.egress_per_gb
+
+
+def truthy(value: Any) -> bool:
+    """Table storage may hand back a bool, a number or a string."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "y", "spot")
+    return bool(value)
+
+
+def to_float(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None

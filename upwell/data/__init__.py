@@ -1,0 +1,1 @@
+"""Data that ships with upwell: the dated price table (``prices.json``)."""
