@@ -1,0 +1,110 @@
+"""Settings, read once at the edge into a frozen, typed object.
+
+Each field has one default and one environment variable; a bad value raises
+ConfigError naming the variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from upwell import names
+from upwell.errors import ConfigError
+from upwell.pools.base import PoolSpec
+
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+AZURITE_ACCOUNT = "devstoreaccount1"
+
+
+def azurite_connection_string(host: str = "127.0.0.1", blob: int = 10000, queue: int = 10001,
+                              table: int = 10002) -> str:
+    """The Azurite development connection string with explicit endpoints."""
+    base = f"http://{host}"
+    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={base}:{blob}/{AZURITE_ACCOUNT};QueueEndpoint={base}:{queue}/{AZURITE_ACCOUNT};"
+            f"TableEndpoint={base}:{table}/{AZURITE_ACCOUNT};")
+
+
+def _default_pools() -> dict[str, PoolSpec]:
+    cores = os.cpu_count() or 2
+    return {
+        "cpu": PoolSpec("cpu", backend="local", max_nodes=cores, price_key="Standard_D2s_v5",
+                        scale_down_votes=2, cooldown_s=10.0),
+        "mpi": PoolSpec("mpi", backend="local", max_nodes=max(1, cores // 2), price_key="Standard_D4s_v5",
+                        scale_down_votes=2, cooldown_s=10.0),
+        "gpu": PoolSpec("gpu", backend="local", max_nodes=1, price_key="Standard_NC6s_v3",
+                        scale_down_votes=2, cooldown_s=10.0),
+    }
+
+
+def parse_pools(text: str) -> dict[str, PoolSpec]:
+    """Parse UPWELL_POOLS: a JSON object of pool name to PoolSpec fields."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"UPWELL_POOLS is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError("UPWELL_POOLS must be a non-empty JSON object of pool name -> settings")
+    known = {f.name for f in fields(PoolSpec)} - {"name"}
+    pools = {}
+    for name, spec in raw.items():
+        if not isinstance(spec, dict):
+            raise ConfigError(f"UPWELL_POOLS.{name} must be an object")
+        unknown = set(spec) - known
+        if unknown:
+            raise ConfigError(f"UPWELL_POOLS.{name} has unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        try:
+            pools[name] = PoolSpec(name=name, **spec)
+        except TypeError as exc:
+            raise ConfigError(f"UPWELL_POOLS.{name}: {exc}") from None
+    return pools
+
+
+@dataclass(frozen=True)
+class Settings:
+    connection: str = "UseDevelopmentStorage=true"  # AzureWebJobsStorage
+    pools: dict[str, PoolSpec] = field(default_factory=_default_pools)  # UPWELL_POOLS
+    scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE (NCRONTAB; Azure: every 30 s)
+    max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES
+    max_shards: int = 10_000  # UPWELL_MAX_SHARDS
+    max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES
+    max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES
+    max_concurrency: int = 0  # UPWELL_MAX_CONCURRENCY: running shards per job, 0 = no cap
+    image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
+    code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
+    image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        kw: dict[str, Any] = {}
+        conn = env.get(names.CONNECTION)
+        if conn:
+            kw["connection"] = conn
+        elif env.get(f"{names.CONNECTION}__serviceUri") or env.get(f"{names.CONNECTION}__blobServiceUri"):
+            kw["connection"] = "identity"
+        if env.get("UPWELL_POOLS"):
+            kw["pools"] = parse_pools(env["UPWELL_POOLS"])
+        if env.get("UPWELL_SCALE_SCHEDULE"):
+            kw["scale_schedule"] = env["UPWELL_SCALE_SCHEDULE"]
+        for name, var in (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
+                          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"),
+                          ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
+                          ("max_concurrency", "UPWELL_MAX_CONCURRENCY")):
+            if env.get(var):
+                try:
+                    kw[name] = int(env[var])
+                except ValueError:
+                    raise ConfigError(f"{var} must be an integer, got {env[var]!r}") from None
+                if kw[name] < 0:
+                    raise ConfigError(f"{var} must be >= 0, got {kw[name]}")
+        if env.get("UPWELL_IMAGE_ALLOWLIST"):
+            kw["image_allowlist"] = tuple(s.strip() for s in env["UPWELL_IMAGE_ALLOWLIST"].split(",") if s.strip())
+        if env.get("UPWELL_CODE_VERSION"):
+            kw["code_version"] = env["UPWELL_CODE_VERSION"]
+        if env.get("UPWELL_IMAGE_DIGEST"):
+            kw["image_digest"] = env["UPWELL_IMAGE_DIGEST"]
+        return cls(**kw)

@@ -1,0 +1,173 @@
+"""Streaming sharders: CSV split by rows or by size, Parquet by rows.
+
+Input arrives as an iterator of byte chunks and is never held whole in memory.
+Each shard is a self-contained CSV with the header. Rows are checked against
+the rule's column types; a bad row names its row number (1 = the header).
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from upwell.errors import InputRejected
+
+MAX_LINE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    data: bytes
+    rows: int
+    first_row: int  # row number of its first data row in the source (header = 1)
+
+
+def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Iterator[str]:
+    """Decode UTF-8 (with or without BOM) or UTF-16 (BOM) incrementally into lines."""
+    it = iter(chunks)
+    head = b""
+    for chunk in it:
+        head += chunk
+        if len(head) >= 4:
+            break
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        decoder = codecs.getincrementaldecoder("utf-16")(errors="strict")
+    else:
+        decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
+    pending = ""
+    offset = 0
+
+    def feed(data: bytes, final: bool = False) -> Iterator[str]:
+        nonlocal pending, offset
+        try:
+            text = decoder.decode(data, final)
+        except UnicodeDecodeError as exc:
+            raise InputRejected(f"{source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
+                                field="encoding", source=source) from None
+        offset += len(data)
+        pending += text
+        lines = pending.splitlines(keepends=True)
+        pending = ""
+        # Hold back an unfinished line, and a bare "\r" that may be half of a "\r\n".
+        if lines and not final and (not lines[-1].endswith(("\n", "\r")) or lines[-1].endswith("\r")):
+            pending = lines.pop()
+        if len(pending) > max_line:
+            raise InputRejected(f"{source}: a line is longer than {max_line} bytes", field="row",
+                                limit=f"max_line_bytes={max_line}", source=source)
+        yield from lines
+
+    yield from feed(head)
+    for chunk in it:
+        yield from feed(chunk)
+    yield from feed(b"", final=True)
+
+
+_CASTS = {"float": float, "int": int, "str": str}
+
+
+def _check_row(row: list[str], header: list[str], types: dict[str, str], rowno: int, source: str) -> None:
+    if len(row) != len(header):
+        raise InputRejected(f"{source}: row {rowno} has {len(row)} fields; the header has {len(header)}",
+                            field="row", row=rowno, source=source)
+    for col, kind in types.items():
+        value = row[header.index(col)]
+        try:
+            _CASTS[kind](value)
+        except ValueError:
+            raise InputRejected(f"{source}: row {rowno} column {col!r}: {value[:40]!r} is not {kind}",
+                                field=col, row=rowno, source=source) from None
+
+
+def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | None = None,
+              bytes_per_shard: int | None = None, columns: dict[str, str] | None = None,
+              max_shards: int = 10_000, max_line: int = MAX_LINE_BYTES) -> Iterator[Shard]:
+    """Split a CSV stream into shards of at most ``rows_per_shard`` rows or ``bytes_per_shard`` bytes."""
+    if not rows_per_shard and not bytes_per_shard:
+        rows_per_shard = 1000
+    columns = columns or {}
+    lines = _decoded_lines(chunks, source, max_line)
+    reader = csv.reader(lines, strict=True)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputRejected(f"{source} is empty", field="document", row=0, source=source) from None
+    except csv.Error as exc:
+        raise InputRejected(f"{source}: header: {exc}", field="header", row=1, source=source) from None
+    header = [h.strip() for h in header]
+    if not any(header):
+        raise InputRejected(f"{source}: the header row is empty", field="header", row=1, source=source)
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise InputRejected(f"{source}: header lacks required columns {missing}; it has {header}",
+                            field=missing[0], row=1, source=source)
+    buf, writer, count, index, first, size = _new_buffer(header)
+    rowno = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise InputRejected(f"{source}: row {rowno + 1}: {exc}", field="row", row=rowno + 1,
+                                source=source) from None
+        rowno += 1
+        if not row:
+            continue  # blank line
+        _check_row(row, header, columns, rowno, source)
+        if count == 0:
+            first = rowno
+        writer.writerow(row)
+        count += 1
+        if (rows_per_shard and count >= rows_per_shard) or (bytes_per_shard and buf.tell() >= bytes_per_shard):
+            if index + 1 > max_shards:
+                raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
+                                    limit=f"max_shards={max_shards}", source=source)
+            yield Shard(index, buf.getvalue().encode(), count, first)
+            index += 1
+            buf, writer, count, _, first, size = _new_buffer(header)
+    if count:
+        if index + 1 > max_shards:
+            raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
+                                limit=f"max_shards={max_shards}", source=source)
+        yield Shard(index, buf.getvalue().encode(), count, first)
+    elif index == 0:
+        raise InputRejected(f"{source} has a header but no data rows", field="row", row=2, source=source)
+
+
+def _new_buffer(header: list[str]):
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    return buf, writer, 0, 0, 0, 0
+
+
+def shard_parquet(path: str, *, source: str, rows_per_shard: int = 1000, columns: dict[str, str] | None = None,
+                  max_shards: int = 10_000) -> Iterator[Shard]:
+    """Split a Parquet file (already staged to a local path) into CSV shards, batch by batch."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputRejected(f"{source} is not a readable Parquet file: {exc}", field="document",
+                            source=source) from None
+    names = pf.schema_arrow.names
+    missing = [c for c in (columns or {}) if c not in names]
+    if missing:
+        raise InputRejected(f"{source}: lacks required columns {missing}; it has {names}", field=missing[0],
+                            source=source)
+    first = 2
+    for index, batch in enumerate(pf.iter_batches(batch_size=rows_per_shard)):
+        if index + 1 > max_shards:
+            raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
+                                limit=f"max_shards={max_shards}", source=source)
+        out = io.BytesIO()
+        pacsv.write_csv(pa.Table.from_batches([batch]), out)
+        yield Shard(index, out.getvalue(), batch.num_rows, first)
+        first += batch.num_rows

@@ -1,0 +1,185 @@
+"""Storage adapters: blob, queue and table clients from one connection setting.
+
+Locally the connection is the Azurite development connection string. On Azure it
+is identity based (``AzureWebJobsStorage__blobServiceUri`` and friends, with
+``__credential=managedidentity`` and ``__clientId``); no key is ever read there.
+SDK errors are translated here and only here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.data.tables import TableServiceClient
+from azure.storage.blob import BlobServiceClient, ContentSettings
+from azure.storage.queue import QueueServiceClient
+
+from upwell import names
+from upwell.errors import TransientError
+
+
+def _credential(env: dict[str, str], prefix: str):
+    from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
+
+    client_id = env.get(f"{prefix}__clientId")
+    if env.get(f"{prefix}__credential", "").lower() == "managedidentity":
+        return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
+    return DefaultAzureCredential(managed_identity_client_id=client_id)
+
+
+def _service_uri(env: dict[str, str], prefix: str, kind: str) -> str | None:
+    explicit = env.get(f"{prefix}__{kind}ServiceUri")
+    if explicit:
+        return explicit
+    account = env.get(f"{prefix}__accountName")
+    if account:
+        return f"https://{account}.{kind}.core.windows.net"
+    uri = env.get(f"{prefix}__serviceUri")
+    if uri and kind == "blob":
+        return uri
+    if uri:
+        return uri.replace(".blob.", f".{kind}.")
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ServiceRequestError | ServiceResponseError | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, HttpResponseError):
+        return exc.status_code in (408, 429, 500, 502, 503, 504) or exc.status_code is None
+    return False
+
+
+def translate(exc: AzureError, what: str) -> Exception:
+    """Translate an SDK error into upwell's hierarchy (callers ``raise ... from None``)."""
+    if is_transient(exc):
+        return TransientError(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+    return exc
+
+
+class Storage:
+    """Clients for one storage account. Keeps only the three service clients."""
+
+    def __init__(self, connection: str | None = None, env: dict[str, str] | None = None):
+        env = dict(os.environ if env is None else env)
+        conn = connection if connection is not None else env.get(names.CONNECTION)
+        if conn == "UseDevelopmentStorage=true":
+            from upwell.settings import azurite_connection_string
+
+            conn = azurite_connection_string()
+        if conn and conn != "identity":
+            self.connection_string: str | None = conn
+            self.blobs = BlobServiceClient.from_connection_string(conn)
+            self.queues = QueueServiceClient.from_connection_string(conn)
+            self.tables = TableServiceClient.from_connection_string(conn)
+            return
+        prefix = names.CONNECTION
+        blob_uri = _service_uri(env, prefix, "blob")
+        if not blob_uri:
+            from upwell.errors import ConfigError
+
+            raise ConfigError(f"set {prefix} (a connection string) or {prefix}__blobServiceUri/__serviceUri "
+                              f"with __credential=managedidentity")
+        cred = _credential(env, prefix)
+        self.connection_string = None
+        self.blobs = BlobServiceClient(blob_uri, credential=cred)
+        self.queues = QueueServiceClient(_service_uri(env, prefix, "queue"), credential=cred)
+        self.tables = TableServiceClient(endpoint=_service_uri(env, prefix, "table"), credential=cred)
+
+    # -- setup ---------------------------------------------------------------
+    def ensure(self) -> None:
+        """Create every container, queue and table upwell uses (idempotent)."""
+        for name in names.CONTAINERS:
+            _create_quietly(self.blobs.create_container, name)
+        for name in names.ALL_QUEUES:
+            _create_quietly(self.queues.create_queue, name)
+        for name in names.TABLES:
+            _create_quietly(self.tables.create_table, name)
+
+    # -- clients -------------------------------------------------------------
+    def container(self, name: str):
+        return self.blobs.get_container_client(name)
+
+    def blob(self, container: str, name: str):
+        return self.blobs.get_blob_client(container, name)
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 - a handful of queues per process
+    def queue(self, name: str):
+        return self.queues.get_queue_client(name)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019
+    def table(self, name: str):
+        return self.tables.get_table_client(name)
+
+    # -- blob helpers ----------------------------------------------------------
+    def read(self, path: str) -> bytes:
+        container, name = split_path(path)
+        try:
+            return self.blob(container, name).download_blob().readall()
+        except ResourceNotFoundError:
+            raise
+        except AzureError as exc:
+            raise translate(exc, f"read {path}") from None
+
+    def write(self, path: str, data: bytes | Any, *, overwrite: bool = True, content_type: str | None = None,
+              metadata: dict[str, str] | None = None) -> bool:
+        """Upload; with overwrite=False it is a conditional create and returns False if it existed."""
+        container, name = split_path(path)
+        kwargs: dict[str, Any] = {"metadata": metadata}
+        if content_type:
+            kwargs["content_settings"] = ContentSettings(content_type=content_type)
+        try:
+            if overwrite:
+                self.blob(container, name).upload_blob(data, overwrite=True, **kwargs)
+            else:
+                # IfMissing without an etag: passing etag="*" too raises a TypeError in the SDK.
+                self.blob(container, name).upload_blob(data, match_condition=MatchConditions.IfMissing, **kwargs)
+            return True
+        except ResourceExistsError:
+            return False
+        except HttpResponseError as exc:
+            if exc.status_code in (409, 412):
+                return False
+            raise translate(exc, f"write {path}") from None
+        except AzureError as exc:
+            raise translate(exc, f"write {path}") from None
+
+    def exists(self, path: str) -> bool:
+        container, name = split_path(path)
+        try:
+            return self.blob(container, name).exists()
+        except AzureError as exc:
+            raise translate(exc, f"exists {path}") from None
+
+    def list(self, container: str, prefix: str | None = None) -> Iterator[Any]:
+        return self.container(container).list_blobs(name_starts_with=prefix)
+
+
+def split_path(path: str) -> tuple[str, str]:
+    """'container/name/with/slashes' -> ('container', 'name/with/slashes')."""
+    container, _, name = path.lstrip("/").partition("/")
+    if not container or not name:
+        raise ValueError(f"blob path {path!r} must be <container>/<name>")
+    return container, name
+
+
+def _create_quietly(create, name: str) -> None:
+    try:
+        create(name)
+    except ResourceExistsError:
+        pass
+    except HttpResponseError as exc:
+        if exc.status_code != 409:
+            raise
