@@ -1,0 +1,9 @@
+"""The Function App: registers the blueprints in handlers/ and nothing else."""
+
+import azure.functions as func
+
+from handlers import api, collect, ingest, report, scale
+
+app = func.FunctionApp()
+for blueprint in (ingest.bp, collect.bp, scale.bp, report.bp, api.bp):
+    app.register_functions(blueprint)

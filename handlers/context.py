@@ -1,0 +1,26 @@
+"""Settings and storage, read once per process at the edge of the Function App."""
+
+from __future__ import annotations
+
+import functools
+
+from upwell import logs
+from upwell.settings import Settings
+from upwell.storage import Storage
+
+
+@functools.cache
+def settings() -> Settings:
+    logs.configure(pretty=False)
+    return Settings.from_env()
+
+
+@functools.cache
+def storage() -> Storage:
+    return Storage(settings().connection if settings().connection != "identity" else "identity")
+
+
+def reset() -> None:
+    """Forget the cached settings and clients (tests change the environment)."""
+    settings.cache_clear()
+    storage.cache_clear()

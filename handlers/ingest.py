@@ -1,0 +1,20 @@
+"""Blob trigger on incoming/{name}: validate, shard, write the ledger, enqueue work."""
+
+from __future__ import annotations
+
+import azure.functions as func
+
+from handlers import context
+from upwell import names
+from upwell.ingest import Ingestor
+
+bp = func.Blueprint()
+
+
+@bp.function_name("ingest")
+@bp.blob_trigger(arg_name="blob", path=f"{names.INCOMING}/{{name}}", connection=names.CONNECTION,
+                 source=func.BlobSource.EVENT_GRID)
+def ingest(blob: func.InputStream) -> None:
+    name = blob.name.split("/", 1)[1] if blob.name.startswith(f"{names.INCOMING}/") else blob.name
+    # Transient storage errors raise, so the host retries; bad input is quarantined inside.
+    Ingestor(context.storage(), context.settings()).ingest(name)

@@ -1,0 +1,30 @@
+"""Timer: scale every pool to its backlog, and re-enqueue reports that were lost."""
+
+from __future__ import annotations
+
+import functools
+
+import azure.functions as func
+
+from handlers import context
+from upwell import logs
+from upwell.autoscale import Autoscaler
+from upwell.reporting import reconcile
+
+bp = func.Blueprint()
+log = logs.get("handlers.scale")
+
+
+@functools.cache
+def autoscaler() -> Autoscaler:
+    return Autoscaler(context.storage(), context.settings())
+
+
+@bp.function_name("scale")
+@bp.timer_trigger(arg_name="timer", schedule="%UPWELL_SCALE_SCHEDULE%", run_on_startup=True, use_monitor=False)
+def scale(timer: func.TimerRequest) -> None:
+    autoscaler().adapt()
+    try:
+        reconcile(context.storage())
+    except Exception as exc:  # noqa: BLE001 - a periodic loop logs and goes on
+        log.warning("scale.reconcile_failed", error=str(exc)[:300])

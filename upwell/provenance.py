@@ -1,0 +1,50 @@
+"""What is recorded with every result so that it can be reproduced."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("upwell", "numpy", "scipy", "torch", "mpi4py", "scikit-learn", "pyarrow", "azure-storage-blob",
+            "azure-storage-queue", "azure-data-tables", "azure-functions")
+REPO = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def code_version() -> str:
+    """`git describe` of the checkout (with -dirty), or the package version outside git."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"], cwd=REPO, capture_output=True,
+                             text=True, timeout=5, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from upwell import __version__
+
+        return __version__
+
+
+@functools.cache
+def packages() -> dict[str, str]:
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def python() -> str:
+    return f"{platform.python_implementation()} {platform.python_version()}"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,317 @@
+"""The worker agent: the container entrypoint (`python -m workers.agent --pool cpu`).
+
+Loop: receive one work item with a visibility lease, stage its input and any
+checkpoint, run the payload (extending the lease while it runs), stage out the
+artifacts, conditionally create the result, then acknowledge. The agent keeps
+no state beyond the message in hand; the queue and the ledger hold the rest.
+
+Signals: SIGTERM/SIGINT (spot eviction, scale-in of a busy node) preempt the
+running payload, which checkpoints; the message is made visible again at once
+and a preemption, not a failure, is recorded. SIGUSR1 drains: finish the item
+in hand, then exit. The agent also exits after ``idle_exit_s`` without work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+from upwell import logs, names, provenance
+from upwell.errors import DecodeError, TransientError
+from upwell.ledger import Ledger
+from upwell.messages import WorkItem, decode
+from upwell.settings import Settings
+from upwell.storage import Storage
+from upwell.timeutil import now_iso, seconds_between
+from workers import results
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    pool: str
+    lease_s: int = 60  # visibility timeout, extended every lease_s / 3 while the payload runs
+    idle_exit_s: float = 0.0  # 0: never exit for idleness
+    poll_s: float = 1.0
+    max_dequeue_count: int = 5  # real failures before poison (host.json maxDequeueCount)
+    retry_backoff_s: float = 2.0
+    node_id: str = ""
+    spot: bool = False
+    vm_size: str = "local"
+    state_file: str = ""  # where the local pool reads this worker's state
+    scratch: str = ""
+    max_items: int = 0  # 0: unlimited
+
+    @classmethod
+    def from_env(cls, pool: str, **overrides) -> AgentConfig:
+        env = os.environ
+        node = env.get("UPWELL_NODE_ID") or env.get("AZ_BATCH_NODE_ID") or f"{socket.gethostname()}-{os.getpid()}"
+        kw = dict(pool=pool, node_id=node, spot=env.get("UPWELL_NODE_SPOT", "").lower() in ("1", "true"),
+                  vm_size=env.get("UPWELL_VM_SIZE", "local"), state_file=env.get("UPWELL_STATE_FILE", ""),
+                  scratch=env.get("UPWELL_SCRATCH", ""),
+                  max_dequeue_count=int(env.get("UPWELL_MAX_DEQUEUE_COUNT", "5")),
+                  lease_s=int(env.get("UPWELL_LEASE_S", "60")))
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**kw)
+
+
+class Lease:
+    """The message in hand and its latest pop receipt; extended from the launcher's tick."""
+
+    def __init__(self, queue, msg, lease_s: int):
+        self.queue, self.msg, self.lease_s = queue, msg, lease_s
+        self.receipt = msg.pop_receipt
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+
+    def extend(self, force: bool = False) -> None:
+        with self._lock:
+            if not force and time.monotonic() - self._last < self.lease_s / 3:
+                return
+            updated = self.queue.update_message(self.msg.id, pop_receipt=self.receipt, visibility_timeout=self.lease_s)
+            self.receipt = updated.pop_receipt
+            self._last = time.monotonic()
+
+    def release(self, delay_s: int = 0) -> None:
+        with self._lock:
+            self.queue.update_message(self.msg.id, pop_receipt=self.receipt, visibility_timeout=int(delay_s))
+
+    def ack(self) -> None:
+        with self._lock:
+            try:
+                self.queue.delete_message(self.msg.id, self.receipt)
+            except ResourceNotFoundError:
+                pass  # already gone: the effect is recorded, nothing to do
+
+
+class Agent:
+    """Runs work items from one pool's queue until stopped, drained or idle."""
+
+    def __init__(self, storage: Storage, config: AgentConfig, settings: Settings | None = None):
+        self.storage = storage
+        self.config = config
+        self.settings = settings or Settings.from_env()
+        self.ledger = Ledger(storage)
+        self.queue = storage.queue(names.work_queue(config.pool))
+        self.poison = storage.queue(names.poison_queue(names.work_queue(config.pool)))
+        self.stop = threading.Event()  # preempt now
+        self.drain = threading.Event()  # finish the item in hand, then exit
+        self.log = logs.get("upwell.agent", pool=config.pool, node=config.node_id)
+        self.processed = 0
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self) -> int:
+        idle_since = time.monotonic()
+        self._state("idle")
+        while not self.stop.is_set() and not self.drain.is_set():
+            try:
+                msg = self.queue.receive_message(visibility_timeout=self.config.lease_s)
+            except AzureError as exc:
+                self.log.warning("agent.receive_failed", error=str(exc).splitlines()[0][:200])
+                self.stop.wait(self.config.poll_s * 2)
+                continue
+            if msg is None:
+                if self.config.idle_exit_s and time.monotonic() - idle_since > self.config.idle_exit_s:
+                    self.log.info("agent.idle_exit", processed=self.processed)
+                    break
+                self.stop.wait(self.config.poll_s)
+                continue
+            try:
+                self.handle(msg)
+            except Exception as exc:  # noqa: BLE001 - the message reappears after its lease; log and go on
+                self.log.exception("agent.handle_crashed", error=str(exc)[:300])
+            self.processed += 1
+            idle_since = time.monotonic()
+            self._state("idle")
+            if self.config.max_items and self.processed >= self.config.max_items:
+                break
+        self._state("stopped")
+        return 0
+
+    def handle(self, msg) -> str:
+        """Process one message; returns what happened (for tests and logs)."""
+        lease = Lease(self.queue, msg, self.config.lease_s)
+        try:
+            item = decode(msg.content)
+        except DecodeError as exc:
+            self.poison.send_message(msg.content)
+            lease.ack()
+            self.log.error("agent.undecodable", error=str(exc), message_id=msg.id)
+            return "poisoned-undecodable"
+        log = self.log.bind(job_id=item.job_id, shard_id=item.shard_id)
+        if self.storage.exists(f"{names.RESULTS}/{item.result_blob}"):
+            lease.ack()
+            log.info("agent.duplicate", dequeue_count=msg.dequeue_count)
+            return "duplicate"
+        shard = self.ledger.shard(item.job_id, item.shard_id) or {}
+        job = self.ledger.job(item.job_id) or {}
+        preemptions = int(shard.get("preemptions") or 0)
+        failures = msg.dequeue_count - 1 - preemptions  # attempts that ended without a clean outcome
+        if failures >= self.config.max_dequeue_count:
+            return self._poison(item, lease, shard, job, "gave up: the worker died or failed "
+                                f"{failures} times (maxDequeueCount {self.config.max_dequeue_count})", log)
+        budget = job.get("budget_usd")
+        if budget is not None and float(job.get("spent_usd") or 0) >= float(budget):
+            return self._poison(item, lease, shard, job, f"budget exceeded: spent ${float(job['spent_usd']):.2f} "
+                                f"of ${float(budget):.2f}; the job is no longer dispatched", log, poison=False)
+        attempt = msg.dequeue_count
+        if not self.ledger.shard_started(item.job_id, item.shard_id, node=self.config.node_id, pool=self.config.pool,
+                                         attempt=attempt, spot=self.config.spot):
+            lease.ack()
+            return "duplicate"
+        self._state("running", shard=f"{item.job_id}/{item.shard_id}")
+        return self._run(item.with_attempt(attempt), lease, shard, job, log)
+
+    # -- one attempt ------------------------------------------------------------------
+    def _run(self, item: WorkItem, lease: Lease, shard: dict, job: dict, log) -> str:
+        from workers.launch import run_payload
+
+        started = now_iso()
+        root = Path(tempfile.mkdtemp(prefix=f"upwell-{item.shard_id}-", dir=self.config.scratch or None))
+        try:
+            input_path = self._stage_in(item, root)
+            resume = self._stage_checkpoint(item, root)
+            log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
+            result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=self.stop,
+                                 on_tick=lease.extend)
+            finished = now_iso()
+            node_seconds = seconds_between(started, finished) or result.run_s
+            if result.status == "preempted":
+                n = self._stage_checkpoint_out(item, result.checkpoint_dir)
+                self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=node_seconds)
+                lease.release(0)
+                log.info("agent.preempted", checkpoint_files=n)
+                return "preempted"
+            if result.status == "succeeded":
+                self._stage_checkpoint_out(item, result.checkpoint_dir)
+                doc = results.document(item, "succeeded", shard=shard, job=job, node=self._node(), started=started,
+                                       finished=finished, launch=result, input_path=input_path,
+                                       artifacts=self._stage_out(item, result.artifacts), settings=self.settings)
+                results.write(self.storage, item, doc)
+                lease.ack()
+                log.info("agent.succeeded", run_s=round(result.run_s, 3))
+                return "succeeded"
+            error = f"payload exited with code {result.exit_code}"
+            if item.attempt >= self.config.max_dequeue_count + int(shard.get("preemptions") or 0):
+                return self._poison(item, lease, shard, job, error, log, stderr_tail=result.stderr_tail,
+                                    started=started, launch=result)
+            self.ledger.shard_retry(item.job_id, item.shard_id, error=error, stderr_tail=result.stderr_tail,
+                                    node_seconds=node_seconds)
+            lease.release(int(min(60, self.config.retry_backoff_s * 2 ** (item.attempt - 1))))
+            log.warning("agent.failed_will_retry", exit_code=result.exit_code, attempt=item.attempt)
+            return "retry"
+        except (TransientError, AzureError) as exc:
+            log.warning("agent.transient", error=str(exc).splitlines()[0][:300])
+            try:
+                lease.release(int(self.config.retry_backoff_s))
+            except AzureError:
+                pass
+            return "transient"
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _poison(self, item: WorkItem, lease: Lease, shard: dict, job: dict, error: str, log, *,
+                stderr_tail: str = "", started: str | None = None, launch=None, poison: bool = True) -> str:
+        """Record a permanent failure as the shard's result (collect counts it), then drop the message."""
+        tail = stderr_tail or str(shard.get("stderr_tail") or "")
+        doc = results.document(item, "failed", shard=shard, job=job, node=self._node(), started=started,
+                               finished=now_iso(), launch=launch, error=error, stderr_tail=tail,
+                               settings=self.settings)
+        results.write(self.storage, item, doc)
+        if poison:
+            self.poison.send_message(lease.msg.content)
+        lease.ack()
+        log.error("agent.poisoned" if poison else "agent.dropped", error=error)
+        return "poisoned" if poison else "dropped"
+
+    # -- staging ------------------------------------------------------------------------
+    def _stage_in(self, item: WorkItem, root: Path) -> Path | None:
+        if not item.input_blob:
+            return None
+        dest = root / "input" / Path(item.input_blob).name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        container, name = item.input_blob.split("/", 1)
+        with open(dest, "wb") as fh:
+            self.storage.blob(container, name).download_blob().readinto(fh)
+        return dest
+
+    def _stage_checkpoint(self, item: WorkItem, root: Path) -> Path | None:
+        prefix = item.checkpoint_prefix.split("/", 1)[1]
+        blobs = list(self.storage.list(names.CHECKPOINTS, prefix))
+        if not blobs:
+            return None
+        dest = root / "resume"
+        for b in blobs:
+            rel = b.name[len(prefix):]
+            if not rel or ".." in rel.split("/"):
+                continue
+            path = dest / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                self.storage.blob(names.CHECKPOINTS, b.name).download_blob().readinto(fh)
+        return dest
+
+    def _stage_checkpoint_out(self, item: WorkItem, ckpt: Path | None) -> int:
+        if not ckpt or not Path(ckpt).is_dir():
+            return 0
+        n = 0
+        for path in sorted(Path(ckpt).rglob("*")):
+            if path.is_file() and not path.name.endswith(".tmp"):
+                with open(path, "rb") as fh:
+                    self.storage.write(f"{item.checkpoint_prefix}{path.relative_to(ckpt).as_posix()}", fh)
+                n += 1
+        return n
+
+    def _stage_out(self, item: WorkItem, artifacts) -> dict[str, str]:
+        out = {}
+        for path in artifacts:
+            name = Path(path).name
+            blob = f"{item.result_prefix}/{name}"
+            with open(path, "rb") as fh:
+                self.storage.write(blob, fh)
+            out[name] = blob
+        return out
+
+    def _node(self) -> dict:
+        return {"id": self.config.node_id, "pool": self.config.pool, "vm_size": self.config.vm_size,
+                "spot": self.config.spot}
+
+    def _state(self, state: str, **extra) -> None:
+        if not self.config.state_file:
+            return
+        path = Path(self.config.state_file)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "state": state, "since": time.time(),
+                                   "node": self.config.node_id, **extra}))
+        os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="workers.agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--pool", default=os.environ.get("UPWELL_POOL", "cpu"))
+    parser.add_argument("--idle-exit", type=float, default=float(os.environ.get("UPWELL_IDLE_EXIT_S", "0")))
+    parser.add_argument("--lease", type=int, default=None)
+    parser.add_argument("--max-items", type=int, default=0)
+    args = parser.parse_args(argv)
+    logs.configure()
+    config = AgentConfig.from_env(args.pool, idle_exit_s=args.idle_exit, lease_s=args.lease, max_items=args.max_items)
+    agent = Agent(Storage(), config)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: agent.stop.set())
+    signal.signal(signal.SIGUSR1, lambda *_: agent.drain.set())
+    return agent.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
