@@ -1,0 +1,211 @@
+"""One view per shard: the ledger's shard row and the shard's result document, merged.
+
+The ledger and the result writers are separate; either side may be missing, late
+or partial, so every field is read defensively. Times become aware UTC datetimes.
+An optional attempt history (``history``: a list, or a JSON string, of
+``{node, started, finished, status}``) on the shard row or in the result's
+``timings`` lets the timeline draw earlier, preempted attempts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from upwell.cost import to_float, truthy
+
+FAILED = frozenset({"failed", "poisoned", "poison", "error"})
+TERMINAL = FAILED | {"succeeded"}
+MAX_TEXT = 200  # a scalar string longer than this is not a table cell
+
+
+@dataclass
+class Attempt:
+    node: str
+    started: datetime
+    finished: datetime | None
+    status: str
+
+
+@dataclass
+class ShardView:
+    shard_id: str
+    status: str = "unknown"
+    payload: str = ""
+    pool: str = ""
+    node: str = ""
+    vm_size: str = ""
+    price_key: str = ""
+    spot: bool = False
+    attempts: int = 0
+    preemptions: int = 0
+    checkpoints: int = 0
+    resumed_from: Any = None
+    queued: datetime | None = None
+    started: datetime | None = None
+    finished: datetime | None = None
+    queue_wait_s: float | None = None
+    run_s: float | None = None
+    node_seconds: float | None = None
+    node_seconds_from: str = ""  # "ledger" | "timings" | ""
+    params: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # the whole metrics document
+    error: str = ""
+    stderr_tail: str = ""
+    poisoned: bool = False
+    has_result: bool = False
+    provenance: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)  # the result's timings, as written
+    history: list[Attempt] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in FAILED
+
+    def scalar_metrics(self) -> dict[str, Any]:
+        return {k: v for k, v in self.metrics.items() if is_scalar(v)}
+
+    def attempts_drawn(self) -> list[Attempt]:
+        """Attempts for the timeline: the recorded history, then the last attempt unless it is in there."""
+        out = list(self.history)
+        if self.started is not None and all(a.started != self.started for a in out):
+            out.append(Attempt(self.node, self.started, self.finished, self.status))
+        return out
+
+
+def parse_ts(value: Any) -> datetime | None:
+    """ISO 8601 text, a datetime or epoch seconds, as an aware UTC datetime; None if unreadable."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(float(value), UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    try:
+        out = datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        return None
+    return out if out.tzinfo else out.replace(tzinfo=UTC)
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z") if value else None
+
+
+def is_scalar(value: Any) -> bool:
+    if isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return True
+    return isinstance(value, str) and len(value) <= MAX_TEXT
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def as_dict(value: Any) -> dict:
+    """A dict from a dict or a JSON object string; {} otherwise."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str | bytes) and value:
+        try:
+            out = json.loads(value)
+        except ValueError:
+            return {}
+        return out if isinstance(out, dict) else {}
+    return {}
+
+
+def as_list(value: Any) -> list:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            out = json.loads(value)
+        except ValueError:
+            return []
+        return out if isinstance(out, list) else []
+    return []
+
+
+def _int(value: Any) -> int:
+    out = to_float(value)
+    return int(out) if out is not None else 0
+
+
+def _seconds(explicit: Any, start: datetime | None, end: datetime | None) -> float | None:
+    value = to_float(explicit)
+    if value is not None:
+        return max(value, 0.0)
+    if start and end:
+        return max((end - start).total_seconds(), 0.0)
+    return None
+
+
+def _history(raw: Any, default_node: str) -> list[Attempt]:
+    out = []
+    for item in as_list(raw):
+        if not isinstance(item, dict):
+            continue
+        started = parse_ts(item.get("started") or item.get("started_at"))
+        if started is None:
+            continue
+        out.append(Attempt(str(item.get("node") or default_node), started,
+                           parse_ts(item.get("finished") or item.get("finished_at")),
+                           str(item.get("status") or "unknown")))
+    return out
+
+
+def merge(shards: list[dict], results: list[dict]) -> list[ShardView]:
+    """One ShardView per shard id seen in the ledger rows or the result documents, in id order."""
+    rows = {str(r.get("RowKey") or r.get("shard_id")): r for r in shards
+            if isinstance(r, dict) and (r.get("RowKey") or r.get("shard_id")) and r.get("RowKey") != "job"}
+    docs = {str(d.get("shard_id")): d for d in results if isinstance(d, dict) and d.get("shard_id")}
+    return [view(sid, rows.get(sid, {}), docs.get(sid)) for sid in sorted(set(rows) | set(docs), key=_natural)]
+
+
+def _natural(text: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def view(shard_id: str, row: dict, doc: dict | None) -> ShardView:
+    doc = doc or {}
+    timings = as_dict(doc.get("timings"))
+    node = as_dict(doc.get("node"))
+    status = str(row.get("status") or "").lower()
+    if doc and status not in TERMINAL:
+        status = str(doc.get("status") or status).lower()
+    queued = parse_ts(row.get("queued_at")) or parse_ts(timings.get("queued"))
+    started = parse_ts(timings.get("started")) or parse_ts(row.get("started_at"))
+    finished = parse_ts(timings.get("finished")) or parse_ts(row.get("finished_at"))
+    run_s = _seconds(timings.get("run_s"), started, finished)
+    ledger_s = to_float(row.get("node_seconds"))
+    node_id = str(row.get("node") or node.get("id") or "")
+    return ShardView(
+        shard_id=shard_id, status=status or "unknown", payload=str(doc.get("payload") or ""),
+        pool=str(row.get("pool") or doc.get("pool") or node.get("pool") or ""), node=node_id,
+        vm_size=str(node.get("vm_size") or ""), price_key=str(row.get("price_key") or ""),
+        spot=truthy(row["spot"] if "spot" in row else node.get("spot")),
+        attempts=max(_int(row.get("attempts")), _int(timings.get("attempt"))),
+        preemptions=max(_int(row.get("preemptions")), _int(timings.get("preemptions"))),
+        checkpoints=_int(timings.get("checkpoints")), resumed_from=timings.get("resumed_from"),
+        queued=queued, started=started, finished=finished,
+        queue_wait_s=_seconds(timings.get("queue_wait_s"), queued, started), run_s=run_s,
+        node_seconds=ledger_s if ledger_s is not None else run_s,
+        node_seconds_from="ledger" if ledger_s is not None else ("timings" if run_s is not None else ""),
+        params=as_dict(row.get("params")) or as_dict(doc.get("params")),
+        metrics=as_dict(doc.get("metrics")),
+        error=str(row.get("error") or doc.get("error") or ""),
+        stderr_tail=str(row.get("stderr_tail") or doc.get("stderr_tail") or ""),
+        poisoned=status in ("poisoned", "poison") or truthy(row.get("poisoned")),
+        has_result=bool(doc), provenance=as_dict(doc.get("provenance")), timings=timings,
+        history=_history(row.get("history") or timings.get("history"), node_id),
+    )
