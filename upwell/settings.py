@@ -15,17 +15,14 @@ from upwell import names
 from upwell.errors import ConfigError
 from upwell.pools.base import PoolSpec
 
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-AZURITE_ACCOUNT = "devstoreaccount1"
 
 
 def azurite_connection_string(host: str = "127.0.0.1", blob: int = 10000, queue: int = 10001,
                               table: int = 10002) -> str:
     """The Azurite development connection string with explicit endpoints."""
-    base = f"http://{host}"
-    return (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
-            f"BlobEndpoint={base}:{blob}/{AZURITE_ACCOUNT};QueueEndpoint={base}:{queue}/{AZURITE_ACCOUNT};"
-            f"TableEndpoint={base}:{table}/{AZURITE_ACCOUNT};")
+    from upwell.azurite import connection_string
+
+    return connection_string(blob, queue, table, host=host)
 
 
 def _default_pools() -> dict[str, PoolSpec]:

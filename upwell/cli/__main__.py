@@ -1,0 +1,3 @@
+from upwell.cli import main
+
+main()
