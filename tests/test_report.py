@@ -55,8 +55,9 @@ def job_data():
     rows = [
         shard_row("s-00", "succeeded", "node-a", 0, 2, 62),
         shard_row("s-01", "succeeded", "node-b", 0, 3, 80),
-        shard_row("s-02", "succeeded", "node-a", 0, 63, 120, attempts=2, preemptions=1, spot=True,
-                  history=json.dumps([{"node": "node-b", "started": at(81), "finished": at(95),
+        shard_row("s-02", "succeeded", "node-a", 0, 78, 130, attempts=2, preemptions=1, spot=True,
+                  preempted_node_seconds=14.0, first_started_at=at(63),
+                  history=json.dumps([{"node": "node-a", "started": at(63), "finished": at(77),
                                        "status": "preempted"}])),
         shard_row("s-03", "failed", "node-b", 1, 96, 101, attempts=5, error="ValueError: bad input <row 7>",
                   stderr_tail=NASTY),
@@ -65,7 +66,7 @@ def job_data():
     results = [result_doc(r, mean=0.5 + i / 10, lyapunov=-0.1 * i, converged=True)
                for i, r in enumerate(rows) if r["status"] == "succeeded"]
     results[2]["metrics"]["steps"] = 2000
-    results[2]["timings"]["run_s"] = 57.0
+    results[2]["timings"]["run_s"] = 50.0
     job = {"PartitionKey": JOB, "RowKey": "job", "name": "Logistic sweep <demo>", "description": "r from 2.5 to 3.5",
            "status": "partially_failed", "payload": "sweep-demo", "pool": "cpu", "shards_total": 5,
            "shards_done": 4, "shards_failed": 1, "created_at": at(-5), "finished_at": at(151),
@@ -131,10 +132,12 @@ def test_summary_json(built, job_data):
                            "queued": 0, "other": 0, "poisoned": 0, "results": 4}
     assert s["timings"]["makespan_s"] == pytest.approx(150)
     assert s["timings"]["queue_wait_s"]["n"] == 5 and s["timings"]["run_s"]["p95"] is not None
-    node_seconds = sum(r["node_seconds"] for r in rows)
+    # Paid node time: every shard's last attempt, plus the preempted attempt of s-02.
+    node_seconds = sum(r["node_seconds"] for r in rows) + 14
     assert s["cost"]["actual_node_seconds"] == pytest.approx(node_seconds)
-    # The nodes report vm_size Standard_D4s_v5: one spot shard, the rest pay-as-you-go.
-    spot_s = rows[2]["node_seconds"]
+    assert s["cost"]["earlier_attempts_node_seconds"] == 14
+    # Priced at the job's key: one spot shard, the rest pay-as-you-go.
+    spot_s = rows[2]["node_seconds"] + 14
     want = cost.estimate(node_seconds - spot_s, "Standard_D4s_v5") + cost.estimate(spot_s, "Standard_D4s_v5", True)
     assert s["cost"]["actual_usd"] == pytest.approx(want)
     assert s["cost"]["estimate_usd"] == 0.02 and s["cost"]["prices_as_of"] == "2026-11-30"
@@ -142,7 +145,7 @@ def test_summary_json(built, job_data):
     assert [f["shard_id"] for f in s["failures"]] == ["s-03"]
     assert "<script>" in s["failures"][0]["stderr_tail"]  # raw in JSON; escaped only in HTML
     assert s["checkpoints"]["preemptions"] == 1 and s["checkpoints"]["resumed_shards"] == 1
-    assert s["checkpoints"]["compute_saved_s"] == pytest.approx(57.0 * 500 / 1500)
+    assert s["checkpoints"]["compute_saved_s"] == pytest.approx(50.0 * 500 / 1500)
     assert s["provenance"]["values"]["code_version"] == ["abc1234"]
     assert s["provenance"]["params"] == {"common": {"steps": 2000}, "varying": ["r"]}
     assert s["scaling"]["events"] == 4 and s["scaling"]["pools"]["cpu"]["capped"] == 1
@@ -196,6 +199,17 @@ def test_merge_prefers_terminal_ledger_status_and_reads_result_only_shards(job_d
     by = {v.shard_id: v for v in views}
     assert by["s-00"].status == "succeeded"  # the result is ahead of the ledger
     assert by["s-04"].has_result and by["s-04"].node_seconds == pytest.approx(48)  # from timings
+
+
+def test_earlier_attempts_without_history_get_their_own_timeline_row(job_data):
+    _, rows, _, _ = job_data
+    row = {**rows[2], "history": None}
+    (v,) = merge([row], [])
+    drawn = v.attempts_drawn()
+    assert [a.status for a in drawn] == ["preempted", "succeeded"]
+    assert drawn[0].node == "(earlier attempts)"
+    assert (drawn[0].finished - drawn[0].started).total_seconds() == pytest.approx(14)
+    assert v.node_seconds == pytest.approx(52 + 14)
 
 
 def test_tail_keeps_the_end():

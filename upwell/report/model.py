@@ -13,7 +13,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from upwell.cost import to_float, truthy
@@ -21,6 +21,7 @@ from upwell.cost import to_float, truthy
 FAILED = frozenset({"failed", "poisoned", "poison", "error"})
 TERMINAL = FAILED | {"succeeded"}
 MAX_TEXT = 200  # a scalar string longer than this is not a table cell
+EARLIER = "(earlier attempts)"  # timeline row for attempts whose node was not recorded
 
 
 @dataclass
@@ -50,8 +51,11 @@ class ShardView:
     finished: datetime | None = None
     queue_wait_s: float | None = None
     run_s: float | None = None
-    node_seconds: float | None = None
-    node_seconds_from: str = ""  # "ledger" | "timings" | ""
+    node_seconds: float | None = None  # paid: the last attempt + preempted + failed attempts
+    node_seconds_from: str = ""  # where the last attempt's figure came from: "ledger" | "result" | "run time" | ""
+    preempted_node_seconds: float = 0.0
+    failed_node_seconds: float = 0.0
+    first_started: datetime | None = None
     params: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # the whole metrics document
     error: str = ""
@@ -70,8 +74,17 @@ class ShardView:
         return {k: v for k, v in self.metrics.items() if is_scalar(v)}
 
     def attempts_drawn(self) -> list[Attempt]:
-        """Attempts for the timeline: the recorded history, then the last attempt unless it is in there."""
+        """Attempts for the timeline: the recorded history, then the last attempt unless it is in there.
+
+        Without a history, earlier attempts (preempted or retried) are drawn as one bar
+        from the first start, on a row of their own: their nodes were not recorded.
+        """
         out = list(self.history)
+        earlier_s = self.preempted_node_seconds + self.failed_node_seconds
+        if not out and earlier_s > 0 and self.first_started and self.started and self.first_started < self.started:
+            end = min(self.first_started + timedelta(seconds=earlier_s), self.started)
+            out.append(Attempt(EARLIER, self.first_started, end,
+                               "preempted" if self.preempted_node_seconds else "retried"))
         if self.started is not None and all(a.started != self.started for a in out):
             out.append(Attempt(self.node, self.started, self.finished, self.status))
         return out
@@ -150,6 +163,15 @@ def _seconds(explicit: Any, start: datetime | None, end: datetime | None) -> flo
     return None
 
 
+def _first_number(*candidates: tuple[Any, str]) -> tuple[float | None, str]:
+    """The first candidate that reads as a number, and its label."""
+    for value, label in candidates:
+        out = to_float(value)
+        if out is not None:
+            return out, label
+    return None, ""
+
+
 def _history(raw: Any, default_node: str) -> list[Attempt]:
     out = []
     for item in as_list(raw):
@@ -169,10 +191,10 @@ def merge(shards: list[dict], results: list[dict]) -> list[ShardView]:
     rows = {str(r.get("RowKey") or r.get("shard_id")): r for r in shards
             if isinstance(r, dict) and (r.get("RowKey") or r.get("shard_id")) and r.get("RowKey") != "job"}
     docs = {str(d.get("shard_id")): d for d in results if isinstance(d, dict) and d.get("shard_id")}
-    return [view(sid, rows.get(sid, {}), docs.get(sid)) for sid in sorted(set(rows) | set(docs), key=_natural)]
+    return [view(sid, rows.get(sid, {}), docs.get(sid)) for sid in sorted(set(rows) | set(docs), key=natural)]
 
 
-def _natural(text: str) -> tuple:
+def natural(text: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
@@ -187,7 +209,13 @@ def view(shard_id: str, row: dict, doc: dict | None) -> ShardView:
     started = parse_ts(timings.get("started")) or parse_ts(row.get("started_at"))
     finished = parse_ts(timings.get("finished")) or parse_ts(row.get("finished_at"))
     run_s = _seconds(timings.get("run_s"), started, finished)
-    ledger_s = to_float(row.get("node_seconds"))
+    first_started = parse_ts(row.get("first_started_at")) or started
+    last_s, last_from = _first_number((row.get("node_seconds"), "ledger"), (timings.get("node_seconds"), "result"),
+                                      (run_s, "run time"))
+    preempted_s = _first_number((row.get("preempted_node_seconds"), ""), (timings.get("preempted_node_seconds"), ""))[0]
+    failed_s = _first_number((row.get("failed_node_seconds"), ""), (timings.get("failed_node_seconds"), ""))[0]
+    paid = None if last_s is None and not (preempted_s or failed_s) else (last_s or 0) + (preempted_s or 0) + (
+        failed_s or 0)
     node_id = str(row.get("node") or node.get("id") or "")
     return ShardView(
         shard_id=shard_id, status=status or "unknown", payload=str(doc.get("payload") or ""),
@@ -196,11 +224,12 @@ def view(shard_id: str, row: dict, doc: dict | None) -> ShardView:
         spot=truthy(row["spot"] if "spot" in row else node.get("spot")),
         attempts=max(_int(row.get("attempts")), _int(timings.get("attempt"))),
         preemptions=max(_int(row.get("preemptions")), _int(timings.get("preemptions"))),
-        checkpoints=_int(timings.get("checkpoints")), resumed_from=timings.get("resumed_from"),
-        queued=queued, started=started, finished=finished,
-        queue_wait_s=_seconds(timings.get("queue_wait_s"), queued, started), run_s=run_s,
-        node_seconds=ledger_s if ledger_s is not None else run_s,
-        node_seconds_from="ledger" if ledger_s is not None else ("timings" if run_s is not None else ""),
+        checkpoints=max(_int(row.get("checkpoints")), _int(timings.get("checkpoints"))),
+        resumed_from=timings.get("resumed_from"), queued=queued, started=started, finished=finished,
+        queue_wait_s=_seconds(timings.get("queue_wait_s"), queued, first_started), run_s=run_s,
+        node_seconds=paid, node_seconds_from=last_from if last_s is not None else "",
+        preempted_node_seconds=max(preempted_s or 0.0, 0.0), failed_node_seconds=max(failed_s or 0.0, 0.0),
+        first_started=first_started,
         params=as_dict(row.get("params")) or as_dict(doc.get("params")),
         metrics=as_dict(doc.get("metrics")),
         error=str(row.get("error") or doc.get("error") or ""),

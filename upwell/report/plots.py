@@ -29,7 +29,7 @@ STYLE = {
 }
 STATUS_COLOURS = {
     "succeeded": "#2e9e6b", "failed": "#d64545", "poisoned": "#8c1c1c", "preempted": "#e8a33d",
-    "running": "#3b7dd8", "queued": "#9aa3ad", "unknown": "#b8bec5",
+    "running": "#3b7dd8", "queued": "#9aa3ad", "retried": "#eba0a0", "unknown": "#b8bec5",
 }
 ACCENT = "#3b7dd8"
 

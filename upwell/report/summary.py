@@ -105,17 +105,17 @@ def timings(job: dict, views: list[ShardView]) -> dict:
     }
 
 
-def _cost_rows(views: list[ShardView], table: cost.PriceTable) -> list[dict]:
-    # A node's vm_size, when the table knows it, is the truth (a local node is free
-    # even when the job's key names an Azure SKU).
-    return [{"node_seconds": v.node_seconds, "spot": v.spot, "pool": v.pool,
-             "price_key": v.price_key or (v.vm_size if v.vm_size in table else "")} for v in views]
+def _cost_rows(views: list[ShardView]) -> list[dict]:
+    # Priced as collect prices them for the ledger's spent_usd (the job's key, the node's
+    # spot flag), so the report and the budget agree; local nodes are flagged as notional.
+    return [{"node_seconds": v.node_seconds, "spot": v.spot, "pool": v.pool, "price_key": v.price_key}
+            for v in views]
 
 
 def cost_summary(job: dict, views: list[ShardView], table: cost.PriceTable) -> dict:
     key = str(job.get("price_key") or cost.DEFAULT_KEY)
     spot = cost.truthy(job.get("spot"))
-    lines = cost.breakdown(_cost_rows(views, table), key, prices=table, strict=False)
+    lines = cost.breakdown(_cost_rows(views), key, prices=table, strict=False)
     seconds = sum(ln.node_seconds for ln in lines)
     actual = sum(ln.usd or 0.0 for ln in lines)
     est_s = cost.to_float(job.get("estimate_node_seconds"))
@@ -130,7 +130,10 @@ def cost_summary(job: dict, views: list[ShardView], table: cost.PriceTable) -> d
         "estimate_usd": est_usd, "estimate_from": est_from if est_usd is not None else None,
         "estimate_node_seconds": est_s,
         "actual_usd": actual, "actual_node_seconds": seconds,
-        "node_seconds_from_timings": sum(1 for v in views if v.node_seconds_from == "timings"),
+        "node_seconds_from_run_time": sum(1 for v in views if v.node_seconds_from == "run time"),
+        "earlier_attempts_node_seconds": sum(v.preempted_node_seconds + v.failed_node_seconds for v in views),
+        "local_shards": sum(1 for v in views if v.vm_size == "local" and v.node_seconds),
+        "ledger_spent_usd": cost.to_float(job.get("spent_usd")),
         "lines": [{"key": ln.key, "spot": ln.spot, "shards": ln.shards, "node_seconds": ln.node_seconds,
                    "usd_per_hour": ln.per_hour, "usd": ln.usd} for ln in lines],
         "unpriced_keys": sorted({ln.key for ln in lines if ln.usd is None}),
