@@ -237,7 +237,7 @@ class Ledger:
             job = self.table.get_entity(job_id, names.JOB_ROW)
         except ResourceNotFoundError:
             return False
-        if job.get("reported") or job.get("status") not in TERMINAL_JOB:
+        if job.get("reported") or job.get("status") not in TERMINAL_JOB or job.get("status") == "rejected":
             return False
         claimed = float(job.get("report_claimed") or 0)
         if claimed and time.time() - claimed < lease_s:

@@ -65,7 +65,7 @@ def decode(text: str | bytes) -> WorkItem:
     try:
         raw = text.decode() if isinstance(text, bytes) else text
         raw = raw.strip()
-        if raw and raw[0] != "{":
+        if raw[:1] not in ("{", "["):  # the Functions host's default queue encoding is base64
             raw = base64.b64decode(raw, validate=True).decode()
         data = json.loads(raw)
     except (UnicodeDecodeError, binascii.Error, json.JSONDecodeError, ValueError) as exc:
