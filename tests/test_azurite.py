@@ -11,8 +11,18 @@ from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueClient
 
-from upwell.azurite import (ACCOUNT, Azurite, AzuriteError, AzuriteNotInstalled, connection_string, find_binary,
-                            free_ports, is_running, port_open, start_on_free_ports)
+from upwell.azurite import (
+    ACCOUNT,
+    Azurite,
+    AzuriteError,
+    AzuriteNotInstalled,
+    connection_string,
+    find_binary,
+    free_ports,
+    is_running,
+    port_open,
+    start_on_free_ports,
+)
 
 
 def test_connection_string_names_every_endpoint() -> None:
