@@ -134,3 +134,81 @@ def test_estimate_is_linear_and_spot_never_dearer(seconds, key, spot):
     one = cost.estimate(seconds, key, spot)
     assert cost.estimate(2 * seconds, key, spot) == pytest.approx(2 * one)
     assert cost.estimate(seconds, key, True) <= cost.estimate(seconds, key, False) + 1e-9
+
+
+# --- upwell prices refresh: the API answer is parsed without a network ---------------------------
+
+def _item(sku: str, price: float, *, product="Virtual Machines NCSv3 Series", sku_name="NC6s v3",
+          start="2026-01-01T00:00:00Z", unit="1 Hour") -> dict:
+    return {"armSkuName": sku, "retailPrice": price, "unitOfMeasure": unit, "productName": product,
+            "skuName": sku_name, "meterName": sku_name, "type": "Consumption", "effectiveStartDate": start}
+
+
+def _fake_api(answers: dict[str, list[dict]], seen: list[str]):
+    from urllib.parse import parse_qs, urlparse
+
+    def get_json(url: str) -> dict:
+        seen.append(url)
+        if "page=2" in url:
+            return {"Items": [_item("Standard_NC6s_v3", 0.61, sku_name="NC6s v3 Spot")], "NextPageLink": None}
+        flt = parse_qs(urlparse(url).query)["$filter"][0]
+        sku = flt.split("armSkuName eq '")[1].split("'")[0]
+        more = "https://prices.azure.com/api/retail/prices?page=2" if sku == "Standard_NC6s_v3" else None
+        return {"Items": answers.get(sku, []), "NextPageLink": more}
+
+    return get_json
+
+
+def test_refresh_parses_linux_payg_and_spot_and_follows_pages():
+    from upwell.cli import prices as cli
+
+    answers = {"Standard_NC6s_v3": [
+        _item("Standard_NC6s_v3", 3.06),
+        _item("Standard_NC6s_v3", 2.90, start="2025-01-01T00:00:00Z"),  # older: superseded
+        _item("Standard_NC6s_v3", 5.20, product="Virtual Machines NCSv3 Series Windows"),
+        _item("Standard_NC6s_v3", 0.30, sku_name="NC6s v3 Low Priority"),
+        _item("Standard_NC6s_v3", 0.01, unit="1/Month"),
+    ], "Standard_D32s_v4": [_item("Standard_D32s_v4", 1.536, sku_name="D32s v4")]}
+    seen: list[str] = []
+    doc = json.loads(cost.default_path().read_text())
+    new, lines = cli.refreshed(doc, _fake_api(answers, seen), today="2027-01-02")
+    table = cost.parse(new)
+    assert table.as_of == "2027-01-02" and "Azure Retail Prices API" in table.source
+    assert table.get("Standard_NC6s_v3").payg == 3.06 and table.get("Standard_NC6s_v3").spot == 0.61
+    d32 = table.get("Standard_D32s_v4")
+    assert d32.payg == 1.536 and d32.spot == pytest.approx(1.536 * 0.2)  # no spot answer: old discount
+    assert table.get("Standard_D4s_v5").payg == 0.192  # no answer at all: kept, and said so
+    assert any("Standard_D4s_v5" in ln and "kept" in ln for ln in lines)
+    assert table.get("local-equivalent").payg == 0.192 and table.get("local").payg == 0
+    assert table.services.blob_hot_gb_month == 0.023
+    assert all(u.startswith("https://prices.azure.com/api/retail/prices?") for u in seen)
+    assert "armRegionName+eq+%27eastus2%27" in next(u for u in seen if "D32s_v4" in u)
+    assert doc["as_of"] == "2026-11-30"  # the input document is not modified
+
+
+def test_refresh_without_network_fails_clearly_and_writes_nothing(tmp_path, monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from upwell.cli import prices as cli
+
+    def offline(url, timeout=20.0):
+        raise cli.RefreshFailed(f"cannot reach {cli.API} (Name or service not known)")
+
+    monkeypatch.setattr(cli, "get_json", offline)
+    app = typer.Typer()
+    app.command("noop")(lambda: None)
+    cli.register(app)
+    out = tmp_path / "prices.json"
+    res = CliRunner().invoke(app, ["prices", "refresh", "--out", str(out)])
+    assert res.exit_code == 1 and not out.exists()
+    assert "cannot reach" in res.output and "2026-11-30 is unchanged" in res.output
+    res = CliRunner().invoke(app, ["prices", "show"])
+    assert res.exit_code == 0 and "Standard_NC6s_v3" in res.output and "2026-11-30" in res.output
+
+
+def test_refresh_with_an_api_that_knows_nothing_fails():
+    from upwell.cli import prices as cli
+
+    with pytest.raises(cli.RefreshFailed):
+        cli.refreshed(json.loads(cost.default_path().read_text()), lambda url: {"Items": []})
