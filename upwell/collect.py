@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 from azure.core.exceptions import ResourceNotFoundError
-from azure.storage.queue import TextBase64EncodePolicy
 
 from upwell import logs, names
 from upwell.ledger import Ledger
@@ -46,8 +45,8 @@ def shard_cost(doc: dict, job: dict) -> float:
 
 
 def report_queue(storage: Storage):
-    """The report queue, base64-encoded as the Functions host expects by default."""
-    return storage.queues.get_queue_client(names.REPORT_QUEUE, message_encode_policy=TextBase64EncodePolicy())
+    """The report queue. Plain JSON text: host.json sets the queue messageEncoding to "none"."""
+    return storage.queue(names.REPORT_QUEUE)
 
 
 def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:

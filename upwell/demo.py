@@ -47,7 +47,7 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
                 console.print(f"  [red]{job}: not reported[/] (status {st.get('status')}, {st.get('message') or ''})")
                 continue
             path = fetch_report(job, state / "reports")
-            console.print(f"  {job} [{st.get('status')}]: {path}", soft_wrap=True)
+            console.print(f"  {job} ({st.get('status')}): {path}", soft_wrap=True, markup=False)
         return 0 if ok else 1
     finally:
         console.print("stopping ...")

@@ -85,7 +85,7 @@ class Ledger:
         params: dict[str, Any] = {"job": names.JOB_ROW}
         if statuses:
             ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
-            flt += f" and ({ors})"
+            flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
             params.update({f"s{i}": s for i, s in enumerate(statuses)})
         for row in self.table.query_entities(flt, parameters=params):
             yield _clean(row)
