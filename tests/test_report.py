@@ -193,6 +193,27 @@ def test_failing_figures_module_does_not_cost_the_report(job_data, monkeypatch):
     assert "figures unavailable" in html and "no &lt;artifact&gt;" in html
 
 
+def test_payload_sections_are_embedded_with_their_tables(job_data, monkeypatch):
+    import upwell.report as report
+    from upwell.figures import Figure, Section, Table
+
+    png = build_report(*job_data, fetch)["figures/timeline.png"]
+    seen = {}
+
+    def sections(results, fetch):
+        seen["n"] = len(results)
+        seen["art"] = fetch("results/x/y/field.npz")
+        return [Section("Bifurcation", "r against the attractor", figures=[Figure("diagram", png)],
+                        tables=[Table("per r", ["r", "mean"], [[2.5, 0.6], [3.0, float("nan")]])])]
+
+    monkeypatch.setattr(report, "sections_for", lambda payload: sections if payload == "sweep-demo" else None)
+    files = build_report(*job_data, lambda path: b"npz:" + path.encode())
+    html = files["index.html"].decode()
+    assert seen == {"n": 4, "art": b"npz:results/x/y/field.npz"}
+    assert "figures/bifurcation.png" in files and "Bifurcation" in html and "<td>2.5</td>" in html
+    assert html.count("data:image/png;base64,") == 3  # the section's figure, timeline, scaling
+
+
 def test_merge_prefers_terminal_ledger_status_and_reads_result_only_shards(job_data):
     _, rows, results, _ = job_data
     views = merge([{**rows[0], "status": "running"}], results)

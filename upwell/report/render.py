@@ -77,5 +77,11 @@ def environment() -> jinja2.Environment:
     return env
 
 
+MAX_FAILURES = 50  # shown in full (error and stderr); the rest by id
+MAX_ROWS = 1000  # shard table rows; summary.json has every shard
+
+
 def render(summary: dict, **extra: Any) -> str:
+    extra.setdefault("max_failures", MAX_FAILURES)
+    extra.setdefault("max_rows", MAX_ROWS)
     return environment().get_template("report.html.j2").render(s=summary, **extra)
