@@ -1,0 +1,88 @@
+"""Helpers for end-to-end tests: a devhost driving the real function_app against the test Azurite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from upwell import names
+from upwell.ledger import Ledger
+from upwell.settings import Settings
+from upwell.storage import Storage
+
+REPO = Path(__file__).resolve().parent.parent
+
+POOLS = {"cpu": {"backend": "local", "max_nodes": 2, "scale_down_votes": 1, "cooldown_s": 1.0,
+                 "price_key": "Standard_D2s_v5"},
+         "mpi": {"backend": "local", "max_nodes": 1, "scale_down_votes": 1, "cooldown_s": 1.0,
+                 "price_key": "Standard_D4s_v5"},
+         "gpu": {"backend": "local", "max_nodes": 1, "scale_down_votes": 1, "cooldown_s": 1.0,
+                 "price_key": "Standard_NC6s_v3"}}
+
+
+def pipeline_env(monkeypatch, connection: str, state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {names.CONNECTION: connection, "UPWELL_STATE_DIR": str(state_dir), "UPWELL_POOLS": json.dumps(POOLS),
+           "UPWELL_SCALE_SCHEDULE": "*/1 * * * * *", "UPWELL_IDLE_EXIT_S": "20", **extra}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    import handlers.context
+    import handlers.scale
+
+    handlers.context.reset()
+    handlers.scale.autoscaler.cache_clear()
+    return env
+
+
+@contextmanager
+def running_host(connection: str, state_dir: Path):
+    """A DevHost on the real function_app; on exit it stops and every local worker is closed."""
+    from upwell.devhost.host import DevHost
+    from upwell.pools.local import LocalPool
+
+    host = DevHost("function_app:app", connection_string=connection, host_json=REPO / "host.json",
+                   poll_interval=0.3, port=0, script_root=REPO, shutdown_grace=10)
+    host.start()
+    try:
+        yield host
+    finally:
+        host.stop()
+        for spec in Settings.from_env().pools.values():
+            LocalPool(spec, state_dir).close(timeout=10)
+
+
+def wait_reported(storage: Storage, job_id: str, timeout: float = 120.0) -> dict:
+    ledger = Ledger(storage)
+    deadline = time.monotonic() + timeout
+    job = None
+    while time.monotonic() < deadline:
+        job = ledger.job(job_id)
+        if job and (job.get("reported") or job.get("status") == "rejected"):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} not reported in {timeout}s; last row: {job}; "
+                         f"shards: {[(s['RowKey'], s.get('status')) for s in ledger.shards(job_id)]}")
+
+
+def live_worker_pids(state_dir: Path) -> list[int]:
+    pids = []
+    for pidfile in state_dir.glob("*/*.pid"):
+        pid = int(pidfile.read_text())
+        try:
+            os.kill(pid, 0)
+            stat = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+            if stat != "Z":
+                pids.append(pid)
+        except (ProcessLookupError, FileNotFoundError):
+            continue
+    return pids
+
+
+def kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
