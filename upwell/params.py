@@ -6,7 +6,7 @@ so a bad value is named with its field before anything is dispatched.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Params(BaseModel):
@@ -36,6 +36,13 @@ class WelchParams(Params):
     time_column: str = "time"
     fs: float = Field(100.0, gt=0.0)
     nperseg: int = Field(256, ge=8, le=1 << 20)
+    noverlap: int | None = Field(None, ge=0, description="samples shared by neighbouring segments; nperseg // 2 if unset")
+
+    @model_validator(mode="after")
+    def _overlap_below_segment(self) -> "WelchParams":
+        if self.noverlap is not None and self.noverlap >= self.nperseg:
+            raise ValueError(f"noverlap ({self.noverlap}) must be less than nperseg ({self.nperseg})")
+        return self
 
 
 class HeatParams(Params):
@@ -54,10 +61,11 @@ class HeatParams(Params):
 class TrainParams(Params):
     """A small convolutional net on scikit-learn's handwritten digits."""
 
-    epochs: int = Field(8, ge=1, le=500)
-    lr: float = Field(0.01, gt=0.0, le=10.0)
+    epochs: int = Field(10, ge=1, le=500)
+    lr: float = Field(0.05, gt=0.0, le=10.0)
     batch_size: int = Field(64, ge=1, le=4096)
     hidden: int = Field(64, ge=4, le=4096)
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     seed: int = Field(0, ge=0)
     optimizer: str = Field("sgd", pattern="^(sgd|adam)$")
+    arch: str = Field("cnn", pattern="^(cnn|mlp)$", description="a small conv net, or a one-hidden-layer MLP")

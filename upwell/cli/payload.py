@@ -1,0 +1,127 @@
+"""``upwell payload``: run a registered payload on this machine exactly as a worker agent would.
+
+``upwell payload run heat-mpi --ranks 2 --param nx=128`` validates the parameters
+against the registry's model, calls ``workers.launch.run_payload`` in a fresh work
+directory, copies ``out/`` and ``ckpt/`` (and ``payload.log``) to ``--out``, and
+prints the result as JSON. Ctrl-C or SIGTERM asks the payload to checkpoint and
+stop; ``--resume DIR`` continues from such a checkpoint. The exit status is 0
+(succeeded), 75 (preempted), 1 (failed) or 2 (bad parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from upwell import registry
+from upwell.errors import InputRejected
+from upwell.messages import WorkItem
+
+payload_app = typer.Typer(no_args_is_help=True, help="Run and inspect the registered payloads.")
+EXIT_CODES = {"succeeded": 0, "preempted": registry.EXIT_PREEMPTED, "failed": 1}
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(payload_app, name="payload")
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """``k=v`` pairs; a value is read as JSON when it parses (numbers, null, lists), else as text."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputRejected(f"--param {pair!r} is not key=value", field="params")
+        try:
+            params[key.strip()] = json.loads(value)
+        except ValueError:
+            params[key.strip()] = value
+    return params
+
+
+def resume_source(path: Path | None) -> Path | None:
+    """Accept either a checkpoint directory or an earlier --out directory holding ckpt/."""
+    if path is None:
+        return None
+    if not path.is_dir():
+        raise InputRejected(f"--resume {path} is not a directory", field="resume")
+    return path / "ckpt" if (path / "ckpt").is_dir() else path
+
+
+@payload_app.command("list")
+def list_payloads() -> None:
+    """List the registered payloads, their launcher, pool and parameters."""
+    for name, spec in sorted(registry.PAYLOADS.items()):
+        fields = ", ".join(f"{k}={f.default!r}" for k, f in spec.params.model_fields.items())
+        typer.echo(f"{name:14} {spec.launcher:9} pool={spec.pool:4} {fields}")
+
+
+@payload_app.command("run")
+def run(name: str = typer.Argument(..., help="registered payload name"),
+        param: list[str] = typer.Option([], "--param", "-p", help="parameter as key=value (repeatable)"),
+        ranks: int = typer.Option(1, min=1, max=256, help="MPI ranks or torchrun processes"),
+        gpus: int = typer.Option(0, min=0, help="GPUs requested (informational on this machine)"),
+        input_path: Path | None = typer.Option(None, "--input", exists=True, dir_okay=False,
+                                               help="input file for payloads that need one"),
+        out: Path | None = typer.Option(None, help="copy out/, ckpt/ and payload.log here"),
+        resume: Path | None = typer.Option(None, help="checkpoint dir (or an earlier --out dir) to resume from"),
+        attempt: int = typer.Option(1, min=1, help="attempt number written to item.json"),
+        timeout: float | None = typer.Option(None, help="seconds before the payload is stopped and failed"),
+        workdir: Path | None = typer.Option(None, help="work directory (default: a new temporary one)")) -> None:
+    """Run one payload locally through the same launcher the worker agent uses."""
+    try:
+        spec = registry.get(name)
+        params = parse_params(param)
+        from workers.launch import validate_params
+
+        validate_params(spec, params)
+        resume_dir = resume_source(resume)
+    except InputRejected as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    item = WorkItem(job_id="local", shard_id=f"local-{uuid.uuid4().hex[:8]}", payload=name, pool=spec.pool,
+                    params=params, attempt=attempt, ranks=ranks, gpus=gpus)
+    result = _run_with_signals(item, workdir, input_path, resume_dir, timeout)
+    doc = result.to_dict()
+    if out is not None:
+        doc = _copy_out(Path(doc["checkpoint_dir"]).parent, out, doc, keep=workdir is not None)
+    typer.echo(json.dumps(doc, indent=1, default=str))
+    raise typer.Exit(EXIT_CODES.get(result.status, 1))
+
+
+def _run_with_signals(item: WorkItem, workdir: Path | None, input_path: Path | None, resume_dir: Path | None,
+                      timeout: float | None):
+    from workers.launch import run_payload
+
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        where = workdir or Path(tempfile.mkdtemp(prefix="upwell-payload-"))
+        return run_payload(item, where, input_path=input_path, resume_dir=resume_dir, stop=stop, timeout_s=timeout)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _copy_out(workdir: Path, out: Path, doc: dict[str, Any], *, keep: bool) -> dict[str, Any]:
+    """Copy out/, ckpt/ and payload.log to ``out``; point the result's paths there."""
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("out", "ckpt"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+        shutil.copytree(workdir / sub, out / sub)
+    if (workdir / "payload.log").exists():
+        shutil.copy2(workdir / "payload.log", out / "payload.log")
+    doc = dict(doc, artifacts=[str(out / Path(a).relative_to(workdir)) for a in doc["artifacts"]],
+               checkpoint_dir=str(out / "ckpt"), log_path=str(out / "payload.log"))
+    (out / "result.json").write_text(json.dumps(doc, indent=1, default=str))
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return doc

@@ -1,0 +1,1 @@
+"""The payload processes: one module per registered payload, plus their shared helpers."""
