@@ -11,7 +11,7 @@ from upwell.storage import Storage
 
 @functools.cache
 def settings() -> Settings:
-    logs.configure(pretty=False)
+    logs.configure()  # JSON, unless UPWELL_LOG_FORMAT=console (upwell up on a terminal)
     return Settings.from_env()
 
 

@@ -38,6 +38,8 @@ class LocalStack:
         self.env = {**(os.environ if env is None else env), names.CONNECTION: self.connection_string,
                     "UPWELL_STATE_DIR": str(self.root / "pools")}
         self.env.setdefault("UPWELL_SCALE_SCHEDULE", DEFAULT_SCHEDULE)
+        if not quiet and sys.stderr.isatty():
+            self.env.setdefault("UPWELL_LOG_FORMAT", "console")
         self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), self.env.get("PYTHONPATH", "")]))
 
     @property

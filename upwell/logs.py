@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 
@@ -37,7 +38,8 @@ def configure(*, pretty: bool | None = None, level: int = logging.INFO) -> None:
     """JSON to stderr by default; readable console output when ``pretty`` (a terminal)."""
     global _configured
     if pretty is None:
-        pretty = sys.stderr.isatty()
+        fmt = os.environ.get("UPWELL_LOG_FORMAT", "").lower()
+        pretty = fmt == "console" or (fmt != "json" and sys.stderr.isatty())
     renderer = structlog.dev.ConsoleRenderer(colors=True) if pretty else structlog.processors.JSONRenderer()
     structlog.configure(
         processors=[

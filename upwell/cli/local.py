@@ -28,13 +28,16 @@ def _storage():
     return Storage()
 
 
-def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP triggers (127.0.0.1)")) -> None:
+def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP triggers (127.0.0.1)"),
+       blob_port: int = typer.Option(10000, help="Azurite blob port"),
+       queue_port: int = typer.Option(10001, help="Azurite queue port"),
+       table_port: int = typer.Option(10002, help="Azurite table port")) -> None:
     """Start Azurite (persisted under .upwell/), the local Functions host and the local pool. Ctrl-C stops all."""
     from upwell.local import LocalStack
 
-    stack = LocalStack(STATE, http_port=http_port)
+    stack = LocalStack(STATE, http_port=http_port, ports=(blob_port, queue_port, table_port))
     stack.start_storage()
-    console.print(f"[green]storage[/] Azurite on 127.0.0.1:10000-10002 "
+    console.print(f"[green]storage[/] Azurite on 127.0.0.1:{blob_port}/{queue_port}/{table_port} "
                   f"({'reused' if stack.azurite is None else 'started'}, data in {STATE / 'azurite'})")
     stack.start_devhost()
     console.print(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on http://127.0.0.1:{http_port}/api/jobs")

@@ -1,0 +1,82 @@
+"""`upwell up` as a user runs it: a third-party upload produces a report; Ctrl-C stops every child;
+a second `up` reuses the persisted data."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.pipeline_helpers import POOLS, live_worker_pids, wait_reported
+from tests.thirdparty_put import put_blob
+from upwell import azurite
+from upwell.ingest import job_id_for
+from upwell.ledger import Ledger
+from upwell.storage import Storage
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+REPO = Path(__file__).resolve().parent.parent
+MANIFEST = b"payload: logistic\nparams: {steps: 300, burn_in: 50}\ngrid: {r: [3.2, 3.6]}\n"
+
+
+def _up(home: Path, ports: list[int]) -> subprocess.Popen:
+    env = {**os.environ, "UPWELL_HOME": str(home), "UPWELL_POOLS": json.dumps(POOLS),
+           "UPWELL_SCALE_SCHEDULE": "*/1 * * * * *", "UPWELL_STATE_DIR": str(home / "pools")}
+    env.pop("AzureWebJobsStorage", None)
+    args = [sys.executable, "-m", "upwell.cli", "up", "--http-port", "0", "--blob-port", str(ports[0]),
+            "--queue-port", str(ports[1]), "--table-port", str(ports[2])]
+    return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _wait_ready(proc: subprocess.Popen, timeout: float = 60) -> str:
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        out += line
+        if b"ready" in line:
+            return out.decode()
+        if proc.poll() is not None:
+            break
+    raise AssertionError(f"upwell up did not get ready: {out.decode()[-2000:]}")
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    return rest.decode()
+
+
+def test_third_party_upload_while_up_runs(tmp_path):
+    ports = azurite.free_ports(3)
+    home = tmp_path / "home"
+    proc = _up(home, ports)
+    try:
+        _wait_ready(proc)
+        assert put_blob(ports[0], "incoming", "thirdparty/job.yaml", MANIFEST) == 201
+        store = Storage(azurite.connection_string(*ports))
+        etag = store.blob("incoming", "thirdparty/job.yaml").get_blob_properties().etag
+        job_id = job_id_for("thirdparty/job.yaml", etag)
+        job = wait_reported(store, job_id, 120)
+        assert job["status"] == "succeeded" and store.exists(f"reports/{job_id}/index.html")
+    finally:
+        tail = _stop(proc)
+    assert proc.returncode == 0, tail
+    assert "stopped" in tail
+    assert not azurite.is_running(ports), "Azurite still listening after Ctrl-C"
+    assert live_worker_pids(home / "pools") == []
+
+    # A second `up` reuses the data persisted under the home folder.
+    proc = _up(home, ports)
+    try:
+        _wait_ready(proc)
+        assert Ledger(Storage(azurite.connection_string(*ports))).job(job_id)["status"] == "succeeded"
+    finally:
+        _stop(proc)
