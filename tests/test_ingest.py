@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from upwell import names
-from upwell.ingest import Ingestor, check_name, job_id_for
 from upwell.errors import InputRejected
+from upwell.ingest import Ingestor, check_name, job_id_for
 from upwell.ledger import Ledger
 from upwell.messages import decode
 from upwell.settings import Settings
