@@ -40,7 +40,7 @@ class WorkItem:
     def result_blob(self) -> str:
         return f"{self.job_id}/{self.shard_id}.json"
 
-    def with_attempt(self, attempt: int) -> "WorkItem":
+    def with_attempt(self, attempt: int) -> WorkItem:
         return dataclasses.replace(self, attempt=attempt)
 
 
