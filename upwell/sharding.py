@@ -69,12 +69,12 @@ def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Itera
 _CASTS = {"float": float, "int": int, "str": str}
 
 
-def _check_row(row: list[str], header: list[str], types: dict[str, str], rowno: int, source: str) -> None:
-    if len(row) != len(header):
-        raise InputRejected(f"{source}: row {rowno} has {len(row)} fields; the header has {len(header)}",
+def _check_row(row: list[str], width: int, checks: list[tuple[int, str, str]], rowno: int, source: str) -> None:
+    if len(row) != width:
+        raise InputRejected(f"{source}: row {rowno} has {len(row)} fields; the header has {width}",
                             field="row", row=rowno, source=source)
-    for col, kind in types.items():
-        value = row[header.index(col)]
+    for index, col, kind in checks:
+        value = row[index]
         try:
             _CASTS[kind](value)
         except ValueError:
@@ -104,6 +104,8 @@ def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | Non
     if missing:
         raise InputRejected(f"{source}: header lacks required columns {missing}; it has {header}",
                             field=missing[0], row=1, source=source)
+    checks = [(header.index(c), c, k) for c, k in columns.items() if k != "str"]
+    width = len(header)
     buf, writer, count, index, first, size = _new_buffer(header)
     rowno = 1
     while True:
@@ -117,7 +119,7 @@ def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | Non
         rowno += 1
         if not row:
             continue  # blank line
-        _check_row(row, header, columns, rowno, source)
+        _check_row(row, width, checks, rowno, source)
         if count == 0:
             first = rowno
         writer.writerow(row)

@@ -1,0 +1,104 @@
+"""Pipeline throughput and ingest bandwidth, each as a ratio against a bare baseline in the same run.
+
+1. work items/s through the pipeline (ingest -> queue -> agent -> result -> collect), against
+   bare Azurite send + receive + delete round trips of the same number of messages;
+2. ingest MB/s (validate + shard + write shards) against a plain download of the same blob.
+
+Run: .venv/bin/python bench/bench_pipeline.py [--items 60] [--mb 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from upwell import azurite, names  # noqa: E402
+from upwell.collect import collect  # noqa: E402
+from upwell.ingest import Ingestor  # noqa: E402
+from upwell.settings import Settings  # noqa: E402
+from upwell.storage import Storage  # noqa: E402
+from workers.agent import Agent, AgentConfig  # noqa: E402
+
+
+def bare_queue(store: Storage, n: int) -> float:
+    q = store.queue("bench-bare")
+    q.create_queue() if not _exists(q) else q.clear_messages()
+    t = time.perf_counter()
+    for i in range(n):
+        q.send_message(f'{{"i": {i}}}')
+        m = q.receive_message(visibility_timeout=30)
+        q.delete_message(m)
+    return n / (time.perf_counter() - t)
+
+
+def _exists(q) -> bool:
+    try:
+        q.get_queue_properties()
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pipeline(store: Storage, n: int) -> float:
+    grid = ", ".join(f"{3.0 + i / (10 * n):.6f}" for i in range(n))
+    name = f"bench/{time.time_ns()}/job.yaml"
+    store.blob(names.INCOMING, name).upload_blob(
+        f"payload: logistic\nparams: {{steps: 50, burn_in: 10}}\ngrid: {{r: [{grid}]}}\n".encode())
+    t = time.perf_counter()
+    out = Ingestor(store, Settings()).ingest(name)
+    agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=0.01, poll_s=0.01), Settings())
+    agent.run()
+    for blob in list(store.list(names.RESULTS, f"{out.job_id}/")):
+        if blob.name.count("/") == 1:
+            collect(store, blob.name)
+    elapsed = time.perf_counter() - t
+    assert agent.processed == n, agent.processed
+    return n / elapsed
+
+
+def ingest_bandwidth(store: Storage, mb: int) -> tuple[float, float]:
+    rows = io.StringIO()
+    rows.write("time,heave,pitch,roll\n")
+    i = 0
+    while rows.tell() < mb * 1_000_000:
+        rows.write(f"{i * 0.05:.2f},{(i % 97) * 0.013:.5f},{(i % 31) * 0.021:.5f},{(i % 13) * 0.07:.5f}\n")
+        i += 1
+    data = rows.getvalue().encode()
+    store.write(f"{names.PIPELINES}/bench.yaml", b"match: 'benchdrop/*.csv'\npayload: channel-stats\n"
+                b"columns: {time: float, heave: float, pitch: float, roll: float}\nshard: {rows: 50000}\n")
+    name = f"benchdrop/{time.time_ns()}.csv"
+    store.blob(names.INCOMING, name).upload_blob(data)
+    t = time.perf_counter()
+    store.read(f"{names.INCOMING}/{name}")
+    plain = len(data) / (time.perf_counter() - t) / 1e6
+    t = time.perf_counter()
+    out = Ingestor(store, Settings(max_upload_bytes=1 << 34)).ingest(name)
+    ingest = len(data) / (time.perf_counter() - t) / 1e6
+    assert out.status == "accepted", out
+    return ingest, plain
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--items", type=int, default=60)
+    p.add_argument("--mb", type=int, default=16)
+    args = p.parse_args()
+    with azurite.start_on_free_ports(Path(tempfile.mkdtemp())) as az:
+        store = Storage(az.connection_string)
+        store.ensure()
+        base = bare_queue(store, args.items)
+        pipe = pipeline(store, args.items)
+        ing, plain = ingest_bandwidth(store, args.mb)
+    print(f"pipeline  {pipe:8.2f} items/s  vs bare Azurite send+receive+delete {base:8.2f} msg/s  "
+          f"ratio {pipe / base:.3f}")
+    print(f"ingest    {ing:8.2f} MB/s     vs plain blob read {plain:8.2f} MB/s  ratio {ing / plain:.3f}")
+
+
+if __name__ == "__main__":
+    main()
