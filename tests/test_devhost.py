@@ -32,6 +32,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from upwell.azurite import REPO, Azurite
 from upwell.devhost import DevHost, HostConfig, MessageCodec, Settings, load_functions, load_local_settings
+from upwell.devhost.web import compile_route
 from upwell.errors import ConfigError
 from upwell.names import BLOB_POISON_QUEUE, HOST_RECEIPTS
 
@@ -348,6 +349,33 @@ def test_a_failing_blob_is_poisoned_after_five_tries_even_across_a_restart(make_
     assert [r.outcome for r in second.invocations] == ["failed"] * 3
     assert "this blob asks to fail" in second.invocations[-1].error
 
+@pytest.mark.integration
+def test_tries_that_took_the_host_down_count_toward_poison(make_host, names, blobs, queues) -> None:
+    etag = upload(blobs, names.blobs, "crashes-host.bin", b"\x00")
+    receipt = f"blobreceipts/{names.host_id}/Host.Functions.on_blob/{etag}/{names.blobs}/crashes-host.bin"
+    with contextlib.suppress(ResourceExistsError):
+        blobs.get_container_client(HOST_RECEIPTS).create_container()
+    blobs.get_blob_client(HOST_RECEIPTS, receipt).upload_blob(b"", metadata={"Attempts": "5"})
+    host = make_host(functions=["on_blob"])
+    assert host.run_until_idle() == 1
+    assert events("on_blob") == [] and host.invocations == []
+    assert receipt_metadata(blobs, names, etag, "crashes-host.bin")["Outcome"] == "poisoned"
+    poison = [json.loads(m) for m in drain(queues.get_queue_client(BLOB_POISON_QUEUE))]
+    assert [m["BlobName"] for m in poison if m["ContainerName"] == names.blobs] == ["crashes-host.bin"]
+
+
+@pytest.mark.integration
+def test_a_blob_overwritten_before_its_run_is_run_at_its_new_version_only(make_host, names, blobs) -> None:
+    old = upload(blobs, names.blobs, "racy.txt", b"old")
+    host = make_host(functions=["on_blob"])
+    claims = host.blob_listeners[0].scan()
+    upload(blobs, names.blobs, "racy.txt", b"new")
+    host.blob_listeners[0].process(claims[0])
+    assert receipt_metadata(blobs, names, old, "racy.txt")["Outcome"] == "superseded"
+    assert host.run_until_idle() == 1
+    assert [e["data"] for e in events("on_blob")] == [b"new"]
+
+
 # --- queue triggers -------------------------------------------------------------------------
 
 
@@ -453,6 +481,21 @@ def request(url: str, data: bytes | None = None, method: str = "GET") -> tuple[i
         return exc.code, dict(exc.headers), exc.read()
 
 
+@pytest.mark.parametrize(("template", "path", "expected"), [
+    ("echo/{item}", "/api/echo/42", {"item": "42"}),
+    ("echo/{item}", "/api/echo/a/b", None),
+    ("jobs/{id:int}", "/api/jobs/17", {"id": "17"}),
+    ("jobs/{id:int}", "/api/jobs/x", None),
+    ("items/{id?}", "/api/items", {"id": None}),
+    ("items/{id?}", "/api/items/9", {"id": "9"}),
+    ("files/{*path}", "/api/files/a/b/c.txt", {"path": "a/b/c.txt"}),
+    ("Status", "/api/status/", {}),
+])
+def test_route_templates(template: str, path: str, expected: dict | None) -> None:
+    found = compile_route("api", template).fullmatch(path)
+    assert (found.groupdict() if found else None) == expected
+
+
 @pytest.mark.integration
 def test_http_on_loopback_and_a_raising_route_answers_500(make_host, names) -> None:
     host = make_host(functions=["echo"], port=0).start()
@@ -491,6 +534,18 @@ def test_raising_functions_do_not_stop_the_host(make_host, names, blobs, queues)
     host.stop()
     failed = [r for r in host.invocations if r.outcome == "failed"]
     assert len(failed) == 10 and {r.function for r in failed} == {"on_blob", "on_message"}
+
+
+@pytest.mark.integration
+def test_stop_lets_running_invocations_finish_within_the_grace(make_host, names, queues) -> None:
+    send(queues, names.queue, {"key": "slow", "sleep": 0.6})
+    host = make_host(functions=["on_message"]).start()
+    eventually(lambda: events("on_message", key="slow"))
+    assert host.stop(grace=5) == 0
+    assert [r.outcome for r in host.invocations] == ["succeeded"]
+    assert drain(queues.get_queue_client(names.queue)) == []  # finished, so deleted, not left leased
+    with pytest.raises(RuntimeError, match="stopped"):
+        host.run_once()
 
 
 @pytest.mark.integration

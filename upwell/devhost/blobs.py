@@ -12,9 +12,10 @@ receipt's metadata says how it went: ``Attempts``, and once finished
 ``Completed`` (UTC time) and ``Outcome`` (succeeded, poisoned, superseded,
 deleted). A receipt with ``Completed`` is never run again, across restarts.
 
-A failure releases the lease and counts an attempt; the blob is retried at a
-later scan, not before ``visibilityTimeout`` (host.json queues). After
-``maxDequeueCount`` attempts (default 5) a message goes to
+Each try counts an attempt in the receipt *before* the function runs, so a try
+that takes the host down counts too. A failure releases the lease; the blob is
+retried at a later scan, not before ``visibilityTimeout`` (host.json queues).
+After ``maxDequeueCount`` attempts (default 5) a message goes to
 ``webjobs-blobtrigger-poison`` with the host's fields (Type, FunctionId,
 BlobType, ContainerName, BlobName, ETag) and the receipt is completed.
 """
@@ -155,6 +156,7 @@ class BlobListener:
                     claims.append(claim)
         with self._lock:
             self._done &= seen
+            self._not_before = {k: t for k, t in self._not_before.items() if k in seen}
         return claims
 
     def _waiting(self, key: tuple[str, str]) -> bool:
@@ -166,39 +168,44 @@ class BlobListener:
         receipt = f"blobreceipts/{self.host_id}/{self.spec.function_id}/{etag}/{self.path.container}/{name}"
         return self.hosts.container(HOST_RECEIPTS).get_blob_client(receipt)
 
-    def _create_receipt(self, receipt: BlobClient) -> None:
+    def _receipt_metadata(self, receipt: BlobClient) -> dict[str, str]:
+        """The receipt's metadata, creating the receipt (conditionally) when there is none."""
+        try:
+            return receipt.get_blob_properties().metadata or {}
+        except ResourceNotFoundError:
+            pass
         metadata = {"FunctionId": self.spec.function_id, "Attempts": "0"}
         try:
             receipt.upload_blob(b"", overwrite=False, metadata=metadata)
-        except ResourceExistsError:
+        except ResourceExistsError:  # another host created it meanwhile
             pass
         except ResourceNotFoundError:
             create_container(self.hosts.container(HOST_RECEIPTS))
             with contextlib.suppress(ResourceExistsError):
                 receipt.upload_blob(b"", overwrite=False, metadata=metadata)
+        return metadata
 
     def _claim(self, blob: BlobProperties, params: dict[str, str]) -> Claim | None:
-        receipt = self._receipt(blob.name, blob.etag)
-        self._create_receipt(receipt)
-        lease = BlobLeaseClient(receipt)
-        try:
-            lease.acquire(lease_duration=LEASE_S)
-        except HttpResponseError:  # 409: another host holds it
-            return None
-        metadata = receipt.get_blob_properties().metadata or {}
-        key = (blob.name, blob.etag)
-        if metadata.get("Completed"):
+        receipt, key = self._receipt(blob.name, blob.etag), (blob.name, blob.etag)
+        if not self._receipt_metadata(receipt).get("Completed"):  # one request for a finished receipt
+            lease = BlobLeaseClient(receipt)
+            try:
+                lease.acquire(lease_duration=LEASE_S)
+            except HttpResponseError:  # 409: another host holds it
+                return None
+            metadata = receipt.get_blob_properties().metadata or {}  # again: it may have finished meanwhile
+            if not metadata.get("Completed"):
+                with self._lock:
+                    self._busy.add(key)
+                blob_type = str(getattr(blob.blob_type, "value", blob.blob_type))
+                # Renewed from the claim on: the claim may wait in the executor before it runs.
+                return Claim(blob.name, blob.etag, blob_type, params, receipt, lease,
+                             int(metadata.get("Attempts", 0)), self.renewer.add(lease.renew, LEASE_S / 3))
             with contextlib.suppress(HttpResponseError):
                 lease.release()
-            with self._lock:
-                self._done.add(key)
-            return None
         with self._lock:
-            self._busy.add(key)
-        blob_type = str(getattr(blob.blob_type, "value", blob.blob_type))
-        # Renewed from the claim on: the claim may wait in the executor before it runs.
-        return Claim(blob.name, blob.etag, blob_type, params, receipt, lease, int(metadata.get("Attempts", 0)),
-                     self.renewer.add(lease.renew, LEASE_S / 3))
+            self._done.add(key)
+        return None
 
     def process(self, claim: Claim) -> None:
         """Run the function for one claimed blob and settle its receipt; never raises.
@@ -227,6 +234,12 @@ class BlobListener:
             return self._complete(claim, "superseded", claim.attempts)
         except ResourceNotFoundError:
             return self._complete(claim, "deleted", claim.attempts)
+        if claim.attempts >= self.queues.max_dequeue_count:  # its last tries ended with the host
+            self._poison(claim, claim.attempts)
+            return self._complete(claim, "poisoned", claim.attempts)
+        attempts = claim.attempts + 1
+        # Counted before the run, so that a run that takes the host down still counts.
+        self._write(claim, {"Attempts": str(attempts)})
         props = downloader.properties
         path = f"{self.path.container}/{claim.name}"
         properties, metadata = blob_properties(props), dict(props.metadata or {})
@@ -235,18 +248,15 @@ class BlobListener:
         data = {**claim.params, "BlobTrigger": path, "Uri": client.url, "Properties": properties,
                 "Metadata": metadata}
         if self.invoker.invoke(self.spec, value, data).ok:
-            return self._complete(claim, "succeeded", claim.attempts + 1)
-        self._failed(claim)
-
-    def _failed(self, claim: Claim) -> None:
-        attempts = claim.attempts + 1
+            return self._complete(claim, "succeeded", attempts)
         if attempts >= self.queues.max_dequeue_count:
             self._poison(claim, attempts)
             return self._complete(claim, "poisoned", attempts)
-        claim.receipt.set_blob_metadata({"FunctionId": self.spec.function_id, "Attempts": str(attempts)},
-                                        lease=claim.lease)
         with self._lock:
             self._not_before[claim.key] = time.monotonic() + self.queues.visibility_timeout
+
+    def _write(self, claim: Claim, fields: dict[str, str]) -> None:
+        claim.receipt.set_blob_metadata({"FunctionId": self.spec.function_id, **fields}, lease=claim.lease)
 
     def _poison(self, claim: Claim, attempts: int) -> None:
         message = {"Type": "BlobTrigger", "FunctionId": self.spec.function_id, "BlobType": claim.blob_type,
@@ -256,9 +266,8 @@ class BlobListener:
                   attempts=attempts, queue=BLOB_POISON_QUEUE)
 
     def _complete(self, claim: Claim, outcome: str, attempts: int) -> None:
-        claim.receipt.set_blob_metadata(
-            {"FunctionId": self.spec.function_id, "Attempts": str(attempts), "Outcome": outcome,
-             "Completed": dt.datetime.now(dt.UTC).isoformat()}, lease=claim.lease)
+        self._write(claim, {"Attempts": str(attempts), "Outcome": outcome,
+                            "Completed": dt.datetime.now(dt.UTC).isoformat()})
         with self._lock:
             self._done.add(claim.key)
             self._not_before.pop(claim.key, None)
