@@ -39,7 +39,7 @@ class WelchParams(Params):
     noverlap: int | None = Field(None, ge=0, description="samples shared by neighbouring segments; nperseg // 2 if unset")
 
     @model_validator(mode="after")
-    def _overlap_below_segment(self) -> "WelchParams":
+    def _overlap_below_segment(self) -> WelchParams:
         if self.noverlap is not None and self.noverlap >= self.nperseg:
             raise ValueError(f"noverlap ({self.noverlap}) must be less than nperseg ({self.nperseg})")
         return self

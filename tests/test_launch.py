@@ -1,0 +1,133 @@
+"""The launcher: statuses from exit codes, stop forwarding, ticks, timeouts, tails, commands and the CLI.
+
+The processes are real: the ``logistic`` payload, whose ``sleep_s`` and
+``fail_first_attempts`` parameters exist for exactly this.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from upwell import registry
+from upwell.cli import app
+from upwell.errors import InputRejected
+from upwell.messages import WorkItem
+from workers import launch
+from workers.launch import build_command, run_payload
+
+
+def logistic(attempt: int = 1, **params) -> WorkItem:
+    return WorkItem(job_id="job", shard_id="s1", payload="logistic", pool="cpu", params=params, attempt=attempt)
+
+
+def test_success_writes_item_json_and_returns_metrics(tmp_path):
+    result = run_payload(logistic(r=3.2), tmp_path)
+    assert result.status == "succeeded" and result.exit_code == 0
+    assert result.metrics["period"] == 2 and result.artifacts == []
+    assert result.checkpoints == 0 and result.resumed_from is None and result.run_s > 0
+    item = json.loads((tmp_path / "item.json").read_text())
+    assert item["params"]["r"] == 3.2 and item["params"]["steps"] == 2000  # validated, defaults filled
+    assert item["attempt"] == 1 and item["ranks"] == 1 and item["input_path"] is None
+    assert "$ " in (tmp_path / "payload.log").read_text()
+
+
+def test_failure_keeps_the_stderr_tail_and_the_next_attempt_succeeds(tmp_path):
+    failed = run_payload(logistic(attempt=1, fail_first_attempts=1), tmp_path / "a1")
+    assert failed.status == "failed" and failed.exit_code == 1 and not failed.permanent
+    assert "injected failure: attempt 1" in failed.stderr_tail and failed.metrics == {}
+    assert run_payload(logistic(attempt=2, fail_first_attempts=1), tmp_path / "a2").status == "succeeded"
+
+
+def test_stop_forwards_sigterm_and_exit_75_is_preempted(tmp_path):
+    stop = threading.Event()
+    threading.Timer(1.0, stop.set).start()
+    started = time.monotonic()
+    result = run_payload(logistic(sleep_s=60), tmp_path, stop=stop)
+    assert result.status == "preempted" and result.exit_code == 75
+    assert time.monotonic() - started < 10
+
+
+def test_on_tick_runs_while_the_payload_runs_and_its_errors_do_not_kill_it(tmp_path):
+    ticks = []
+
+    def tick() -> None:
+        ticks.append(time.monotonic())
+        raise RuntimeError("lease lost")
+
+    result = run_payload(logistic(sleep_s=1.5), tmp_path, on_tick=tick, tick_s=0.2)
+    assert result.status == "succeeded" and len(ticks) >= 4
+
+
+def test_timeout_stops_the_payload_and_fails_it(tmp_path):
+    result = run_payload(logistic(sleep_s=60), tmp_path, timeout_s=0.5)
+    assert result.status == "failed" and result.timed_out and result.exit_code == 75
+
+
+def test_stop_set_before_start_runs_nothing(tmp_path):
+    stop = threading.Event()
+    stop.set()
+    result = run_payload(logistic(), tmp_path, stop=stop)
+    assert result.status == "preempted" and result.exit_code is None and result.metrics == {}
+
+
+def test_bad_parameters_and_missing_input_are_permanent_input_errors(tmp_path):
+    with pytest.raises(InputRejected) as bad:
+        run_payload(logistic(r=9), tmp_path)
+    assert bad.value.field == "params.r"
+    with pytest.raises(InputRejected):
+        run_payload(WorkItem(job_id="j", shard_id="s", payload="welch", pool="cpu"), tmp_path)
+    with pytest.raises(InputRejected):
+        run_payload(WorkItem(job_id="j", shard_id="s", payload="nope", pool="cpu"), tmp_path)
+
+
+def test_resume_dir_is_copied_into_ckpt_and_reported(tmp_path):
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "progress.json").write_text(json.dumps({"marker": 42, "count": 3}))
+    (saved / "state.bin").write_bytes(b"state")
+    result = run_payload(logistic(), tmp_path / "w", resume_dir=saved)
+    assert result.resumed_from == 42 and result.checkpoints == 0
+    assert (result.checkpoint_dir / "state.bin").read_bytes() == b"state"
+
+
+def test_stderr_tail_keeps_the_last_4_kib(tmp_path):
+    code = "import sys; [print(f'line {i:05d}', file=sys.stderr) for i in range(3000)]"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    streams = launch._Streams(proc, tmp_path / "log")
+    proc.wait()
+    streams.join()
+    tail = streams.tail()
+    assert len(tail.encode()) <= launch.TAIL_BYTES and tail.endswith("line 02999\n")
+    assert (tmp_path / "log").read_text().count("\n") == 3000
+
+
+def test_commands_follow_the_launcher():
+    item = WorkItem(job_id="j", shard_id="s", payload="heat-mpi", pool="mpi", ranks=4)
+    mpi = build_command(registry.get("heat-mpi"), item, launch.Path("/w"))
+    assert mpi[1:6] == ["-n", "4", "--oversubscribe", "--bind-to", "none"] and mpi[0].endswith("mpiexec")
+    assert mpi[6:] == [sys.executable, "-m", "workers.payloads.heat", "--workdir", "/w"]
+    spec = registry.get("train-torch")
+    two = build_command(spec, WorkItem(job_id="j", shard_id="s", payload="train-torch", pool="gpu", ranks=2),
+                        launch.Path("/w"))
+    assert two[:7] == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
+    one = build_command(spec, WorkItem(job_id="j", shard_id="s", payload="train-torch", pool="gpu"), launch.Path("/w"))
+    assert one == [sys.executable, "-m", "workers.payloads.train", "--workdir", "/w"]
+
+
+def test_cli_runs_a_payload_and_copies_its_outputs(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["payload", "run", "logistic", "--param", "r=3.9", "--param", "steps=500",
+                                 "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["status"] == "succeeded" and doc["metrics"]["lyapunov"] > 0
+    assert (tmp_path / "out" / "out" / "metrics.json").exists() and (tmp_path / "out" / "result.json").exists()
+    bad = runner.invoke(app, ["payload", "run", "logistic", "--param", "r=9"])
+    assert bad.exit_code == 2 and "r" in bad.output

@@ -1,0 +1,81 @@
+"""The train-torch payload: accuracy, exact resume after a stop, and DistributedDataParallel under torchrun.
+
+Each run goes through ``workers.launch.run_payload`` with real PyTorch on CPU.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from upwell.messages import WorkItem
+from workers.launch import run_payload
+
+METRIC_KEYS = ("loss", "accuracy", "test_accuracy_history", "test_loss_history", "test_accuracy", "test_loss")
+
+
+def item(params: dict, ranks: int = 1, attempt: int = 1) -> WorkItem:
+    return WorkItem(job_id="job", shard_id="train", payload="train-torch", pool="gpu", params=params, ranks=ranks,
+                    attempt=attempt)
+
+
+def stop_after_first_checkpoint(workdir: Path):
+    stop = threading.Event()
+
+    def tick() -> None:
+        if (workdir / "ckpt" / "progress.json").exists():
+            stop.set()
+
+    return stop, tick
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The default configuration, run once to the end."""
+    result = run_payload(item({}), tmp_path_factory.mktemp("train") / "full")
+    assert result.status == "succeeded", result.stderr_tail
+    return result
+
+
+def test_default_configuration_reaches_the_documented_accuracy(uninterrupted):
+    m = uninterrupted.metrics
+    assert m["test_accuracy"] >= 0.95
+    assert len(m["loss"]) == len(m["accuracy"]) == m["epochs"] == 10
+    assert m["loss"][-1] < m["loss"][0]
+    assert m["device"] == "cpu" and m["samples_per_second"] > 0 and m["checkpoints_written"] == 10
+    assert [p.name for p in uninterrupted.artifacts] == ["model.pt"]
+
+
+def test_resume_after_stop_gives_the_same_metrics(tmp_path, uninterrupted):
+    stop, tick = stop_after_first_checkpoint(tmp_path / "cut")
+    cut = run_payload(item({}), tmp_path / "cut", stop=stop, on_tick=tick, tick_s=0.05)
+    assert cut.status == "preempted" and cut.exit_code == 75, cut.stderr_tail
+    assert cut.metrics["completed"] is False and cut.checkpoints >= 1
+    saved = tmp_path / "saved"
+    shutil.copytree(cut.checkpoint_dir, saved)
+
+    resumed = run_payload(item({}, attempt=2), tmp_path / "resumed", resume_dir=saved)
+    assert resumed.status == "succeeded", resumed.stderr_tail
+    assert resumed.resumed_from == cut.metrics["resumed_from"] or resumed.resumed_from is not None
+    assert resumed.metrics["resumed_from"] == resumed.resumed_from
+    for key in METRIC_KEYS:
+        assert resumed.metrics[key] == uninterrupted.metrics[key], key
+
+
+@pytest.mark.mpi
+def test_ddp_on_two_processes_stops_through_torchrun_and_resumes_on_one(tmp_path):
+    params = {"epochs": 6, "arch": "mlp"}
+    stop, tick = stop_after_first_checkpoint(tmp_path / "cut")
+    cut = run_payload(item(params, ranks=2), tmp_path / "cut", stop=stop, on_tick=tick, tick_s=0.05)
+    # torchrun itself exits 1 after forwarding SIGTERM; rank 0's exit.json makes it a preemption
+    assert cut.status == "preempted", cut.stderr_tail
+    assert cut.metrics["world_size"] == 2 and cut.metrics["backend"] == "gloo"
+
+    # a node with fewer slots: rank 0 carries the interrupted epoch's running sums on
+    resumed = run_payload(item(params, ranks=1, attempt=2), tmp_path / "resumed", resume_dir=cut.checkpoint_dir)
+    assert resumed.status == "succeeded", resumed.stderr_tail
+    assert resumed.resumed_from is not None and resumed.metrics["world_size"] == 1
+    assert len(resumed.metrics["loss"]) == 6 and resumed.metrics["test_accuracy"] >= 0.95
