@@ -9,8 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from upwell.pools.base import PoolSpec
-from upwell.scaling import (Decision, Observation, PolicyState, commit_hours, decide, family_label,
-                            projected_usd, split, target)
+from upwell.scaling import (
+    Decision,
+    Observation,
+    PolicyState,
+    commit_hours,
+    decide,
+    family_label,
+    projected_usd,
+    split,
+    target,
+)
 
 SPEC = PoolSpec("cpu", max_nodes=20, max_step=10, scale_down_votes=3, cooldown_s=120, activation_threshold=1)
 
