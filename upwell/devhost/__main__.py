@@ -17,8 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-import structlog
-
+from upwell import logs
 from upwell.devhost.config import load_local_settings
 from upwell.devhost.host import DevHost
 from upwell.errors import ConfigError
@@ -42,15 +41,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def configure_logging() -> None:
-    """JSON lines on stderr through structlog, and stdlib logging (what handlers use) at INFO."""
+    """upwell's structlog setup (JSON, secrets redacted), and stdlib logging (what handlers use) at INFO."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    if not structlog.is_configured():
-        structlog.configure(processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ], logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    logs.configure()
 
 
 def main(argv: list[str] | None = None) -> int:
