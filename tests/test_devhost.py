@@ -466,7 +466,8 @@ def test_timer_runs_on_startup_then_on_its_schedule_from_a_setting(make_host, na
     host.stop()
     calls = events("on_timer")
     assert calls[0]["at"] < calls[1]["at"] < calls[2]["at"]
-    assert 0.8 < calls[2]["at"] - calls[1]["at"] < 1.5  # scheduled runs are a second apart (startup: any time)
+    # Scheduled runs fall on whole seconds (the startup run at any time); loose bounds for a busy machine.
+    assert 0.5 < calls[2]["at"] - calls[1]["at"] < 2.5
     assert TIMER_GAUGE.peak == 1
 
 
