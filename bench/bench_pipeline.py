@@ -89,7 +89,7 @@ def main() -> None:
     p.add_argument("--items", type=int, default=60)
     p.add_argument("--mb", type=int, default=16)
     args = p.parse_args()
-    with azurite.start_on_free_ports(Path(tempfile.mkdtemp())) as az:
+    with azurite.start_on_free_ports(Path(tempfile.mkdtemp()), in_memory=True) as az:
         store = Storage(az.connection_string)
         store.ensure()
         base = bare_queue(store, args.items)

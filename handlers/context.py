@@ -17,7 +17,12 @@ def settings() -> Settings:
 
 @functools.cache
 def storage() -> Storage:
-    return Storage(settings().connection if settings().connection != "identity" else "identity")
+    store = Storage(settings().connection if settings().connection != "identity" else "identity")
+    try:
+        store.ensure()  # idempotent; on Azure the templates already created everything
+    except Exception as exc:  # noqa: BLE001 - a missing right to create is not fatal: the names exist there
+        logs.get("handlers").warning("storage.ensure_failed", error=str(exc).splitlines()[0][:200])
+    return store
 
 
 def reset() -> None:

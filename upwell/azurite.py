@@ -115,7 +115,9 @@ class Azurite:
 
     def command(self) -> list[str]:
         binary = self.binary or find_binary()
-        args = [str(binary), "--location", str(self.location),
+        # Azurite refuses --location together with --inMemoryPersistence; the log still goes to location.
+        where = [] if self.in_memory else ["--location", str(self.location)]
+        args = [str(binary), *where,
                 "--blobHost", HOST, "--blobPort", str(self.blob_port),
                 "--queueHost", HOST, "--queuePort", str(self.queue_port),
                 "--tableHost", HOST, "--tablePort", str(self.table_port),
