@@ -36,7 +36,7 @@ class WelchParams(Params):
     time_column: str = "time"
     fs: float = Field(100.0, gt=0.0)
     nperseg: int = Field(256, ge=8, le=1 << 20)
-    noverlap: int | None = Field(None, ge=0, description="samples shared by neighbouring segments; nperseg // 2 if unset")
+    noverlap: int | None = Field(None, ge=0, description="samples shared by neighbouring segments (nperseg // 2)")
 
     @model_validator(mode="after")
     def _overlap_below_segment(self) -> WelchParams:

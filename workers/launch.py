@@ -28,7 +28,7 @@ from typing import IO, Any
 from upwell import registry
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
-from workers.payloads.common import (EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress)
+from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress
 
 log = logging.getLogger(__name__)
 

@@ -30,9 +30,20 @@ from typing import Any
 import numpy as np
 
 from upwell.params import HeatParams
-from workers.payloads.common import (EXIT_OK, EXIT_PREEMPTED, BadInput, Context, atomic_write, atomic_write_json,
-                                     install_stop_handler, mark_preempted, read_progress, run_main, save_checkpoint,
-                                     write_metrics)
+from workers.payloads.common import (
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    BadInput,
+    Context,
+    atomic_write,
+    atomic_write_json,
+    install_stop_handler,
+    mark_preempted,
+    read_progress,
+    run_main,
+    save_checkpoint,
+    write_metrics,
+)
 
 STATE_FILE = "state.npz"
 CHUNK_CELLS = 1 << 15  # rows per stencil strip: keeps the temporaries in cache

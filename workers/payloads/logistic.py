@@ -14,8 +14,16 @@ import sys
 import time
 
 from upwell.params import LogisticParams
-from workers.payloads.common import (EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, Context, install_stop_handler,
-                                     mark_preempted, run_main, write_metrics)
+from workers.payloads.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    Context,
+    install_stop_handler,
+    mark_preempted,
+    run_main,
+    write_metrics,
+)
 
 ATTRACTOR_POINTS = 256
 MAX_PERIOD = 64

@@ -27,8 +27,18 @@ from typing import Any
 import numpy as np
 
 from upwell.params import TrainParams
-from workers.payloads.common import (EXIT_OK, EXIT_PREEMPTED, Context, atomic_write, install_stop_handler,
-                                     mark_preempted, read_progress, run_main, save_checkpoint, write_metrics)
+from workers.payloads.common import (
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    Context,
+    atomic_write,
+    install_stop_handler,
+    mark_preempted,
+    read_progress,
+    run_main,
+    save_checkpoint,
+    write_metrics,
+)
 
 STATE_FILE = "state.pt"
 SPLIT_SEED = 0
