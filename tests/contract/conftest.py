@@ -44,7 +44,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-Handler = Callable[[Recorded, re.Match], Reply]
+Handler = Callable[[Recorded, re.Match], "Reply | tuple"]
 
 
 class Recorder:
@@ -77,7 +77,8 @@ class Recorder:
                 m = rx.search(rec.path)
                 if method == rec.method and m:
                     if callable(target):
-                        return target(rec, m)
+                        reply = target(rec, m)
+                        return reply if isinstance(reply, Reply) else Reply(*reply)
                     return target.pop(0) if len(target) > 1 else target[0]
         return Reply(404, {"error": {"code": "ResourceNotFound", "message": f"no route for {rec.method} {rec.path}"}})
 

@@ -57,8 +57,11 @@ def registry_server(spec: PoolSpec) -> str:
     explicit = spec.options.get("registry")
     if explicit:
         return str(explicit)
-    host = image(spec).split("/", 1)[0]
-    return host if "." in host or ":" in host else ""
+    ref = image(spec)
+    if "/" not in ref:  # "worker:1" is a Docker Hub library image, not a registry host
+        return ""
+    host = ref.split("/", 1)[0]
+    return host if "." in host or ":" in host or host == "localhost" else ""
 
 
 def agent_command(spec: PoolSpec) -> list[str]:
