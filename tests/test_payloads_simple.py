@@ -92,3 +92,17 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
     with pytest.raises(OSError):
         common.atomic_write(target, broken)
     assert target.read_bytes() == b"old" and len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.mark.parametrize("sample", ["samples/heat-sweep/job.yaml", "samples/train-sweep/job.yaml"])
+def test_sample_manifests_validate_point_by_point(sample):
+    from pathlib import Path
+
+    from upwell import manifests, registry
+
+    path = Path(__file__).resolve().parent.parent / sample
+    manifest = manifests.load_manifest(path.read_bytes(), sample)
+    points = manifests.grid_points(manifest, 100, 64 * 1024)
+    assert 4 <= len(points) <= 6
+    for point in points:
+        registry.get(manifest.payload).params.model_validate(point)
