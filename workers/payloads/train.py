@@ -214,9 +214,18 @@ def evaluate(model, X, y) -> tuple[float, float]:
 
 @dataclass
 class Clock:
+    """This attempt's accounting: optimizer-step time and samples, checkpoint time, the loop's wall time."""
+
     train_s: float = 0.0
     samples: int = 0
     written: int = 0
+    checkpoint_s: float = 0.0
+    loop_s: float = 0.0
+
+    def save(self, ctx: Context, d: Dist, model, opt, st: State) -> None:
+        started = time.perf_counter()
+        self.written += bool(save(ctx, d, model, opt, st))
+        self.checkpoint_s += time.perf_counter() - started
 
 
 def train_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, stop, clock: Clock) -> bool:
@@ -227,7 +236,7 @@ def train_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, stop,
     plan = batches(len(Xtr), p, st.epoch, d)
     while st.batch < len(plan):
         if d.sum([1.0 if stop else 0.0])[0] > 0:
-            clock.written += bool(save(ctx, d, model, opt, st))
+            clock.save(ctx, d, model, opt, st)
             return False
         started = time.perf_counter()
         idx = plan[st.batch]
@@ -253,7 +262,7 @@ def end_epoch(ctx, d: Dist, model, opt, st: State, data, clock: Clock) -> None:
                        ("test_accuracy", test_acc)):
         st.history[key].append(value)
     st.epoch, st.batch, st.sums = st.epoch + 1, 0, [0.0, 0.0, 0.0]
-    clock.written += bool(save(ctx, d, model, opt, st))
+    clock.save(ctx, d, model, opt, st)
 
 
 def setup(ctx: Context, d: Dist, p: TrainParams):
@@ -280,6 +289,7 @@ def metrics(ctx: Context, d: Dist, p: TrainParams, model, st: State, clock: Cloc
             "test_accuracy": h["test_accuracy"][-1] if h["test_accuracy"] else None,
             "test_loss": h["test_loss"][-1] if h["test_loss"] else None,
             "samples_per_second": samples / clock.train_s if clock.train_s > 0 else None, "train_s": clock.train_s,
+            "loop_s": clock.loop_s, "checkpoint_s": clock.checkpoint_s, "samples_trained": samples,
             "device": str(d.device), "backend": d.backend or None, "world_size": d.world, "arch": p.arch,
             "parameters": sum(x.numel() for x in _unwrap(model).parameters()),
             "checkpoints_written": clock.written,
@@ -297,12 +307,13 @@ def main(ctx: Context) -> int:
     data = load_data(p.arch)
     model, opt, st, resumed = setup(ctx, d, p)
     clock = Clock()
-    done = True
+    done, started = True, time.perf_counter()
     while st.epoch < p.epochs:
         if not train_epoch(ctx, d, p, model, opt, st, data, stop, clock):
             done = False
             break
         end_epoch(ctx, d, model, opt, st, data, clock)
+    clock.loop_s = time.perf_counter() - started
     m = metrics(ctx, d, p, model, st, clock, resumed, done)
     if d.rank == 0:
         if done:
