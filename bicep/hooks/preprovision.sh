@@ -1,0 +1,37 @@
+#!/bin/sh
+# azd preprovision hook (azure.yaml). Idempotent; needs the az CLI, logged in to
+# the same tenant and subscription as azd (az login; az account set -s <id>).
+#  1. registers the resource providers the templates use (a no-op when done);
+#  2. finds the object id of the "Microsoft Azure Batch" service principal in this
+#     tenant (the same app id everywhere) for user-subscription mode;
+#  3. defaults the owner tag to the signed-in user.
+set -eu
+
+command -v az >/dev/null 2>&1 || { echo "preprovision: the az CLI is required (docs/deploy.md)" >&2; exit 1; }
+
+for ns in Microsoft.Batch Microsoft.Web Microsoft.App Microsoft.Storage Microsoft.EventGrid \
+          Microsoft.ContainerRegistry Microsoft.ContainerInstance Microsoft.KeyVault Microsoft.ManagedIdentity \
+          Microsoft.OperationalInsights Microsoft.Insights Microsoft.Consumption Microsoft.Compute Microsoft.Network; do
+  state=$(az provider show --namespace "$ns" --query registrationState -o tsv 2>/dev/null || echo NotRegistered)
+  if [ "$state" != "Registered" ]; then
+    echo "preprovision: registering $ns"
+    az provider register --namespace "$ns" --only-show-errors >/dev/null
+  fi
+done
+
+if [ -z "${BATCH_SERVICE_PRINCIPAL_OBJECT_ID:-}" ]; then
+  # "Microsoft Azure Batch" has this application id in every tenant.
+  sp=$(az ad sp show --id ddbf3205-c6bd-46ae-8127-60eb93363864 --query id -o tsv 2>/dev/null || true)
+  if [ -z "$sp" ]; then
+    echo "preprovision: the Microsoft Azure Batch service principal was not found; registering Microsoft.Batch" \
+         "creates it. Re-run when 'az ad sp show --id ddbf3205-c6bd-46ae-8127-60eb93363864' answers." >&2
+    exit 1
+  fi
+  azd env set BATCH_SERVICE_PRINCIPAL_OBJECT_ID "$sp"
+fi
+
+if [ -z "${UPWELL_OWNER:-}" ]; then
+  who=$(az ad signed-in-user show --query userPrincipalName -o tsv 2>/dev/null || az account show --query user.name -o tsv)
+  azd env set UPWELL_OWNER "$who"
+  echo "preprovision: owner tag set to $who (azd env set UPWELL_OWNER <owner> to change it)"
+fi

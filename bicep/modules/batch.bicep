@@ -1,0 +1,175 @@
+// Batch account in user-subscription mode (VMs land in this subscription, so
+// they carry our tags and count against our quota, and spot is priced as plain
+// spot VMs) and one pool per upwell pool. Every pool starts at 0 nodes with
+// autoscale off: upwell's scaler (upwell.pools.batch) resizes them through the
+// Batch data plane. Each node's start task runs the agent container, which
+// pulls work from the pool's queue until the node is taken away. The pool body
+// mirrors upwell.pools.build_batch.pool_body, which the scaler uses if it ever
+// has to re-create a pool.
+
+param name string
+param location string
+param tags object
+
+param keyVaultId string
+param keyVaultUri string
+
+@description('Pools to create: [{ id, pool, vmSize, image, mpi, runOptions }] (id: the Batch pool id; pool: the upwell pool).')
+param pools array
+
+@description('Resource id of the worker identity assigned to every pool.')
+param workerIdentityId string
+
+@description('Client id of the worker identity (what DefaultAzureCredential on the node uses).')
+param workerClientId string
+
+param registryLoginServer string
+
+param storageAccountName string
+
+@description('Subnet for the pools; empty for Batch-managed networking.')
+param subnetId string = ''
+
+@description('Marketplace image for the nodes: the HPC image ships Docker, InfiniBand and NVIDIA drivers.')
+param imageReference object = {
+  publisher: 'microsoft-dsvm'
+  offer: 'ubuntu-hpc'
+  sku: '2204'
+  version: 'latest'
+}
+param nodeAgentSkuId string = 'batch.node.ubuntu 22.04'
+
+var registry = {
+  registryServer: registryLoginServer
+  identityReference: {
+    resourceId: workerIdentityId
+  }
+}
+
+resource account 'Microsoft.Batch/batchAccounts@2024-07-01' = {
+  name: name
+  location: location
+  tags: tags
+  properties: {
+    poolAllocationMode: 'UserSubscription'
+    keyVaultReference: {
+      id: keyVaultId
+      url: keyVaultUri
+    }
+    allowedAuthenticationModes: [
+      'AAD'
+    ]
+    publicNetworkAccess: 'Enabled'
+  }
+}
+
+resource batchPools 'Microsoft.Batch/batchAccounts/pools@2024-07-01' = [for p in pools: {
+  parent: account
+  name: p.id
+  tags: tags
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${workerIdentityId}': {}
+    }
+  }
+  properties: {
+    displayName: 'upwell ${p.pool}'
+    vmSize: p.vmSize
+    interNodeCommunication: p.mpi ? 'Enabled' : 'Disabled'
+    taskSlotsPerNode: 1
+    taskSchedulingPolicy: {
+      nodeFillType: 'Pack'
+    }
+    metadata: [
+      {
+        name: 'upwell-pool'
+        value: p.pool
+      }
+    ]
+    targetNodeCommunicationMode: 'Simplified'
+    // Propagated to the VMs, disks and NICs Batch creates in this subscription,
+    // so the expiry tag finds them too.
+    resourceTags: tags
+    deploymentConfiguration: {
+      virtualMachineConfiguration: {
+        imageReference: imageReference
+        nodeAgentSkuId: nodeAgentSkuId
+        containerConfiguration: {
+          type: 'DockerCompatible'
+          containerImageNames: [
+            p.image
+          ]
+          containerRegistries: [
+            registry
+          ]
+        }
+      }
+    }
+    networkConfiguration: empty(subnetId) ? null : {
+      subnetId: subnetId
+      publicIPAddressConfiguration: {
+        provision: 'BatchManaged'
+      }
+    }
+    scaleSettings: {
+      fixedScale: {
+        targetDedicatedNodes: 0
+        targetLowPriorityNodes: 0
+        resizeTimeout: 'PT15M'
+        nodeDeallocationOption: 'TaskCompletion'
+      }
+    }
+    startTask: {
+      // Batch says whether the node is dedicated; the agent records spot nodes in results.
+      commandLine: '/bin/sh -c \'if [ "$AZ_BATCH_NODE_IS_DEDICATED" = true ]; then export UPWELL_NODE_SPOT=0; else export UPWELL_NODE_SPOT=1; fi; exec python -m workers.agent --pool ${p.pool}\''
+      containerSettings: {
+        imageName: p.image
+        containerRunOptions: p.runOptions
+        registry: registry
+        workingDirectory: 'ContainerImageDefault'
+      }
+      // The agent's environment (upwell.pools.azure_common.agent_env): identity-based
+      // storage through the worker identity; no key.
+      environmentSettings: [
+        {
+          name: 'AZURE_CLIENT_ID'
+          value: workerClientId
+        }
+        {
+          name: 'AzureWebJobsStorage__accountName'
+          value: storageAccountName
+        }
+        {
+          name: 'AzureWebJobsStorage__clientId'
+          value: workerClientId
+        }
+        {
+          name: 'AzureWebJobsStorage__credential'
+          value: 'managedidentity'
+        }
+        {
+          name: 'UPWELL_POOL'
+          value: p.pool
+        }
+        {
+          name: 'UPWELL_VM_SIZE'
+          value: p.vmSize
+        }
+      ]
+      userIdentity: {
+        autoUser: {
+          scope: 'Pool'
+          elevationLevel: 'NonAdmin'
+        }
+      }
+      maxTaskRetryCount: 3
+      // The agent runs for the node's lifetime; the node must not wait for it.
+      waitForSuccess: false
+    }
+  }
+}]
+
+output name string = account.name
+output id string = account.id
+output accountEndpoint string = account.properties.accountEndpoint

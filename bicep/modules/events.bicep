@@ -1,0 +1,73 @@
+// Event Grid subscriptions that deliver BlobCreated events to the blob-triggered
+// functions (source=EventGrid), one per trigger, following the Flex Consumption
+// Event Grid blob trigger sample. The endpoint is the blobs extension webhook;
+// its `code` is the Functions *system* key `blobs_extension`, read here with
+// listKeys at deploy time so it never appears in code, settings or outputs.
+// That key exists only after the function code is deployed, so this template is
+// deployed after `azd deploy` (bicep/hooks/postdeploy.sh), or by main.bicep once
+// enableEventSubscriptions=true.
+
+param systemTopicName string
+param functionAppName string
+param storageAccountName string
+param deadLetterContainerName string
+
+@description('Blob triggers: [{ function, container }]; the names must match the code (tests/test_names_consistency.py).')
+param blobTriggers array
+
+resource topic 'Microsoft.EventGrid/systemTopics@2022-06-15' existing = {
+  name: systemTopicName
+}
+
+resource site 'Microsoft.Web/sites@2024-04-01' existing = {
+  name: functionAppName
+}
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+  name: storageAccountName
+}
+
+// The Functions host's system key for the blobs extension webhook (not a storage key).
+var blobsExtensionKey = listKeys('${site.id}/host/default', '2024-04-01').systemKeys.blobs_extension
+
+resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2022-06-15' = [for t in blobTriggers: {
+  parent: topic
+  name: 'blob-${t.function}'
+  properties: {
+    destination: {
+      endpointType: 'WebHook'
+      properties: {
+        endpointUrl: 'https://${site.properties.defaultHostName}/runtime/webhooks/blobs?functionName=Host.Functions.${t.function}&code=${blobsExtensionKey}'
+        maxEventsPerBatch: 1
+        preferredBatchSizeInKilobytes: 64
+      }
+    }
+    filter: {
+      includedEventTypes: [
+        'Microsoft.Storage.BlobCreated'
+      ]
+      subjectBeginsWith: '/blobServices/default/containers/${t.container}/'
+      enableAdvancedFilteringOnArrays: true
+    }
+    eventDeliverySchema: 'EventGridSchema'
+    retryPolicy: {
+      maxDeliveryAttempts: 30
+      eventTimeToLiveInMinutes: 1440
+    }
+    // Nothing is lost: an event that cannot be delivered in 24 h is kept as a blob.
+    deadLetterWithResourceIdentity: {
+      identity: {
+        type: 'SystemAssigned'
+      }
+      deadLetterDestination: {
+        endpointType: 'StorageBlob'
+        properties: {
+          resourceId: storage.id
+          blobContainerName: deadLetterContainerName
+        }
+      }
+    }
+  }
+}]
+
+output subscriptionNames array = [for t in blobTriggers: 'blob-${t.function}']

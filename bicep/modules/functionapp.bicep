@@ -1,0 +1,129 @@
+// The Function App on the Flex Consumption plan (Linux, Python 3.11). It runs as
+// a user-assigned identity: the deployment package, AzureWebJobsStorage and
+// telemetry all authenticate with it; no storage key or connection string is
+// set. Basic-auth publishing (FTP and SCM) is switched off.
+
+param planName string
+param appName string
+param location string
+param tags object
+
+param identityId string
+param identityClientId string
+
+@description('Blob endpoint of the storage account that holds the deployment package.')
+param blobEndpoint string
+param deploymentContainerName string
+
+@description('App settings (name -> value), merged over nothing: this is the whole set.')
+param appSettings object
+
+@description('Subnet for VNet integration; empty for none.')
+param subnetId string = ''
+
+@minValue(40)
+@maxValue(1000)
+param maximumInstanceCount int = 40
+
+@allowed([
+  512
+  2048
+  4096
+])
+param instanceMemoryMB int = 2048
+
+resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_225: Flex Consumption zone redundancy exists only in some regions and would make the template fail elsewhere; the functions keep no state (it is in ZRS storage) and Event Grid retries for 24 h.
+  name: planName
+  location: location
+  tags: tags
+  kind: 'functionapp'
+  sku: {
+    name: 'FC1'
+    tier: 'FlexConsumption'
+  }
+  properties: {
+    reserved: true
+  }
+}
+
+resource site 'Microsoft.Web/sites@2024-04-01' = {
+  // checkov:skip=CKV_AZURE_222: Event Grid delivers blob events to the blobs extension webhook over the internet, so the app needs a public endpoint; the webhook is authenticated by the Functions system key.
+  // checkov:skip=CKV_AZURE_17: Event Grid webhook delivery cannot present a client certificate.
+  // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero by design; always-ready instances cost money around the clock and a missed event is retried by Event Grid.
+  // checkov:skip=CKV_AZURE_213: The App Service health check does not apply to Flex Consumption (no fixed instance set to rotate); the host's health is in Application Insights.
+  name: appName
+  location: location
+  // azd finds the service to deploy by this tag.
+  tags: union(tags, {
+    'azd-service-name': 'api'
+  })
+  kind: 'functionapp,linux'
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${identityId}': {}
+    }
+  }
+  properties: {
+    serverFarmId: plan.id
+    httpsOnly: true
+    clientCertEnabled: false
+    // Event Grid delivers blob events to the blobs extension webhook, so the app
+    // keeps a public endpoint; the webhook is authenticated by the system key.
+    publicNetworkAccess: 'Enabled'
+    virtualNetworkSubnetId: empty(subnetId) ? null : subnetId
+    siteConfig: {
+      minTlsVersion: '1.2'
+      scmMinTlsVersion: '1.2'
+      ftpsState: 'Disabled'
+      http20Enabled: true
+      remoteDebuggingEnabled: false
+      appSettings: [for setting in items(appSettings): {
+        name: setting.key
+        value: setting.value
+      }]
+    }
+    functionAppConfig: {
+      deployment: {
+        storage: {
+          type: 'blobContainer'
+          value: '${blobEndpoint}${deploymentContainerName}'
+          authentication: {
+            type: 'UserAssignedIdentity'
+            userAssignedIdentityResourceId: identityId
+          }
+        }
+      }
+      scaleAndConcurrency: {
+        maximumInstanceCount: maximumInstanceCount
+        instanceMemoryMB: instanceMemoryMB
+      }
+      runtime: {
+        name: 'python'
+        version: '3.11'
+      }
+    }
+  }
+}
+
+resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: site
+  name: 'ftp'
+  properties: {
+    allow: false
+  }
+}
+
+resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+  parent: site
+  name: 'scm'
+  properties: {
+    allow: false
+  }
+}
+
+output name string = site.name
+output id string = site.id
+output hostName string = site.properties.defaultHostName
+output clientId string = identityClientId

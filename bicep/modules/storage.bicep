@@ -1,0 +1,213 @@
+// The pipeline's storage account: blob containers, queues (each with a -poison
+// twin) and tables that upwell/names.py names, plus two infrastructure
+// containers (the Flex Consumption deployment package and Event Grid's
+// dead letters). Keys are off: every client authenticates with Entra ID.
+
+param name string
+param location string
+param tags object
+
+@description('Replication. ZRS keeps data through a zone outage at a small premium over LRS.')
+@allowed([
+  'Standard_LRS'
+  'Standard_ZRS'
+  'Standard_GRS'
+  'Standard_GZRS'
+  'Standard_RAGRS'
+  'Standard_RAGZRS'
+])
+param skuName string = 'Standard_ZRS'
+
+@description('Blob containers the code reads and writes (upwell/names.py CONTAINERS).')
+param containerNames array
+
+@description('Containers the platform needs but the code never names (deployment package, dead letters).')
+param infraContainerNames array
+
+@description('Queues, including the -poison twins (upwell/names.py ALL_QUEUES).')
+param queueNames array
+
+@description('Tables (upwell/names.py TABLES).')
+param tableNames array
+
+@description('Days that deleted blobs and containers stay recoverable.')
+@minValue(1)
+@maxValue(365)
+param softDeleteDays int = 7
+
+@description('When true, the public endpoint is closed; clients come in through private endpoints.')
+param privateOnly bool = false
+
+@description('Log Analytics workspace that receives the storage read/write/delete logs.')
+param logAnalyticsId string
+
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  // checkov:skip=CKV_AZURE_35: Researchers upload with Storage Explorer from their own networks, so the endpoint is public by default (Entra ID only: no keys, no SAS, no anonymous access). enablePrivateNetwork=true sets defaultAction Deny and adds private endpoints.
+  // checkov:skip=CKV_AZURE_206: The default is ZRS (three zones in the region). Geo-replication roughly doubles the storage bill; results can be recomputed and inputs have an owner copy. storageSku allows GRS/GZRS/RA-GZRS.
+  name: name
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: skuName
+  }
+  properties: {
+    accessTier: 'Hot'
+    allowBlobPublicAccess: false
+    allowSharedKeyAccess: false
+    allowCrossTenantReplication: false
+    defaultToOAuthAuthentication: true
+    minimumTlsVersion: 'TLS1_2'
+    supportsHttpsTrafficOnly: true
+    isLocalUserEnabled: false
+    isSftpEnabled: false
+    publicNetworkAccess: privateOnly ? 'Disabled' : 'Enabled'
+    networkAcls: {
+      // Researchers upload from laptops with Storage Explorer, so the public
+      // endpoint stays open by default (Entra ID only, no keys, no SAS).
+      // privateOnly=true closes it; trusted services (Event Grid's dead-letter
+      // delivery with its managed identity) still get through.
+      bypass: 'AzureServices'
+      defaultAction: privateOnly ? 'Deny' : 'Allow'
+    }
+    encryption: {
+      keySource: 'Microsoft.Storage'
+      requireInfrastructureEncryption: true
+      services: {
+        blob: {
+          enabled: true
+          keyType: 'Account'
+        }
+        file: {
+          enabled: true
+          keyType: 'Account'
+        }
+        queue: {
+          enabled: true
+          keyType: 'Account'
+        }
+        table: {
+          enabled: true
+          keyType: 'Account'
+        }
+      }
+    }
+  }
+}
+
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    deleteRetentionPolicy: {
+      enabled: true
+      days: softDeleteDays
+    }
+    containerDeleteRetentionPolicy: {
+      enabled: true
+      days: softDeleteDays
+    }
+  }
+}
+
+resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [for c in concat(containerNames, infraContainerNames): {
+  parent: blobService
+  name: c
+  properties: {
+    publicAccess: 'None'
+  }
+}]
+
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [for q in queueNames: {
+  parent: queueService
+  name: q
+}]
+
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
+  parent: storage
+  name: 'default'
+}
+
+resource tables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = [for t in tableNames: {
+  parent: tableService
+  name: t
+}]
+
+// Read, write and delete logs for every service, so an investigation can say who
+// touched which blob, message or ledger row.
+resource blobLogs 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'storage-logs'
+  scope: blobService
+  properties: {
+    workspaceId: logAnalyticsId
+    logs: [
+      {
+        category: 'StorageRead'
+        enabled: true
+      }
+      {
+        category: 'StorageWrite'
+        enabled: true
+      }
+      {
+        category: 'StorageDelete'
+        enabled: true
+      }
+    ]
+  }
+}
+
+resource queueLogs 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'storage-logs'
+  scope: queueService
+  properties: {
+    workspaceId: logAnalyticsId
+    logs: [
+      {
+        category: 'StorageRead'
+        enabled: true
+      }
+      {
+        category: 'StorageWrite'
+        enabled: true
+      }
+      {
+        category: 'StorageDelete'
+        enabled: true
+      }
+    ]
+  }
+}
+
+resource tableLogs 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'storage-logs'
+  scope: tableService
+  properties: {
+    workspaceId: logAnalyticsId
+    logs: [
+      {
+        category: 'StorageRead'
+        enabled: true
+      }
+      {
+        category: 'StorageWrite'
+        enabled: true
+      }
+      {
+        category: 'StorageDelete'
+        enabled: true
+      }
+    ]
+  }
+}
+
+output name string = storage.name
+output id string = storage.id
+output blobEndpoint string = storage.properties.primaryEndpoints.blob
+output queueEndpoint string = storage.properties.primaryEndpoints.queue
+output tableEndpoint string = storage.properties.primaryEndpoints.table
