@@ -1,0 +1,51 @@
+// A deliberately bad template: tests/test_bicep.py runs upwell's custom checkov
+// checks (bicep/checks) on this folder and expects each of them to fail.
+
+param location string = resourceGroup().location
+param publicAccess bool = true
+
+var tags = {
+  project: 'upwell'
+  owner: 'someone'
+  environment: 'dev'
+}
+
+// CKV_UPW_1 (public blobs), CKV_UPW_2 (shared keys), CKV_UPW_3 (old TLS) and
+// CKV_UPW_4 (no expiry tag) all fail here.
+resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+  name: 'stupwellbad'
+  location: location
+  tags: tags
+  kind: 'StorageV2'
+  sku: {
+    name: 'Standard_LRS'
+  }
+  properties: {
+    allowBlobPublicAccess: publicAccess
+    allowSharedKeyAccess: true
+    minimumTlsVersion: 'TLS1_0'
+  }
+}
+
+// CKV_UPW_5: shared-key authentication on the Batch data plane.
+resource batch 'Microsoft.Batch/batchAccounts@2024-07-01' = {
+  name: 'baupwellbad'
+  location: location
+  tags: union(tags, {
+    expiry: '2030-01-01'
+  })
+  properties: {
+    allowedAuthenticationModes: [
+      'AAD'
+      'SharedKey'
+    ]
+  }
+}
+
+// CKV_UPW_4 through a module: the tags passed in lack the expiry key.
+module identity 'bad_module.bicep' = {
+  name: 'identity'
+  params: {
+    tags: tags
+  }
+}
