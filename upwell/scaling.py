@@ -19,8 +19,10 @@ The policy, in the order ``decide`` applies it:
 7. the budget caps the pool at the nodes whose committed spend fits in what is
    left (dedicated nodes go first: spot buys more work per dollar);
 8. shrinking waits for ``scale_down_votes`` consecutive lower targets, goes to
-   zero only after ``cooldown_s`` without backlog, and never asks to remove
-   more nodes than are idle: ``Decision.removable`` says how many may go.
+   zero only after max(``cooldown_s``, expected boot time) without backlog (a
+   node released sooner costs a reboot if work comes back within a boot time),
+   and never asks to remove more nodes than are idle: ``Decision.removable``
+   says how many may go.
    A budget cap shrinks at once (still idle nodes only).
 """
 
@@ -249,13 +251,16 @@ def _settle(spec: PoolSpec, obs: Observation, state: PolicyState, spot: int, ded
         notes.append(f"target {want}")
         return Decision(want, "; ".join(notes), PolicyState(0, idle_since, want, kept), spot, ded, capped_by, message)
     votes = state.low_votes + 1
+    needed = spec.scale_down_votes
+    # Ski rental: the last node is worth keeping for as long as a new one takes to boot.
+    cooldown = max(spec.cooldown_s, obs.boot_s)
     floor = want
-    if votes < spec.scale_down_votes:
+    if votes < needed:
         floor = obs.nodes
-        notes.append(f"hold (vote {votes}/{spec.scale_down_votes} to shrink to {want})")
-    elif want == 0 and (idle_since is None or obs.now - idle_since < spec.cooldown_s):
+        notes.append(f"hold (vote {votes}/{needed} to shrink to {want})")
+    elif want == 0 and (idle_since is None or obs.now - idle_since < cooldown):
         floor = min(obs.nodes, max(spec.min_nodes, 1))
-        notes.append(f"keep {floor} warm until {spec.cooldown_s:.0f} s without backlog")
+        notes.append(f"keep {floor} warm until {cooldown:.0f} s without backlog")
     final = max(floor, busy)
     spot, ded = _trim(spot, ded, final, obs, share)
     final, spot, ded, note = _afford_shrink(spec, obs, final, spot, ded, busy, share)
