@@ -37,8 +37,32 @@ def _default_pools() -> dict[str, PoolSpec]:
     }
 
 
-def parse_pools(text: str) -> dict[str, PoolSpec]:
-    """Parse UPWELL_POOLS: a JSON object of pool name to PoolSpec fields."""
+# Account-wide settings that every cloud pool shares unless its own options say otherwise.
+_SHARED_OPTIONS = {"account_url": "UPWELL_BATCH_ACCOUNT_URL", "subscription_id": "UPWELL_SUBSCRIPTION_ID",
+                   "resource_group": "UPWELL_RESOURCE_GROUP", "identity_id": "UPWELL_WORKER_IDENTITY_ID"}
+
+
+def _with_shared_options(spec: dict, name: str, env: dict[str, str]) -> dict:
+    if spec.get("backend", "local") == "local":
+        return spec
+    options = dict(spec.get("options") or {})
+    for key, var in _SHARED_OPTIONS.items():
+        if env.get(var):
+            options.setdefault(key, env[var])
+    gpu = bool(options.get("gpu")) or name == "gpu"
+    image_var = "UPWELL_WORKER_IMAGE_GPU" if gpu else "UPWELL_WORKER_IMAGE_CPU"
+    if env.get(image_var):
+        options.setdefault("image", env[image_var])
+    return {**spec, "options": options}
+
+
+def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolSpec]:
+    """Parse UPWELL_POOLS: a JSON object of pool name to PoolSpec fields.
+
+    Cloud pools take the account-wide app settings (UPWELL_BATCH_ACCOUNT_URL, UPWELL_SUBSCRIPTION_ID,
+    UPWELL_RESOURCE_GROUP, UPWELL_WORKER_IDENTITY_ID, UPWELL_WORKER_IMAGE_CPU/GPU) as option defaults.
+    """
+    env = dict(os.environ if env is None else env)
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -54,7 +78,7 @@ def parse_pools(text: str) -> dict[str, PoolSpec]:
         if unknown:
             raise ConfigError(f"UPWELL_POOLS.{name} has unknown keys {sorted(unknown)}; known: {sorted(known)}")
         try:
-            pools[name] = PoolSpec(name=name, **spec)
+            pools[name] = PoolSpec(name=name, **_with_shared_options(spec, name, env))
         except TypeError as exc:
             raise ConfigError(f"UPWELL_POOLS.{name}: {exc}") from None
     return pools
@@ -81,10 +105,10 @@ class Settings:
         conn = env.get(names.CONNECTION)
         if conn:
             kw["connection"] = conn
-        elif env.get(f"{names.CONNECTION}__serviceUri") or env.get(f"{names.CONNECTION}__blobServiceUri"):
+        elif any(env.get(f"{names.CONNECTION}__{k}") for k in ("serviceUri", "blobServiceUri", "accountName")):
             kw["connection"] = "identity"
         if env.get("UPWELL_POOLS"):
-            kw["pools"] = parse_pools(env["UPWELL_POOLS"])
+            kw["pools"] = parse_pools(env["UPWELL_POOLS"], env)
         if env.get("UPWELL_SCALE_SCHEDULE"):
             kw["scale_schedule"] = env["UPWELL_SCALE_SCHEDULE"]
         for name, var in (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),

@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 def _storage():
     from upwell.storage import Storage
 
-    if not os.environ.get(names.CONNECTION):
-        os.environ[names.CONNECTION] = "UseDevelopmentStorage=true"
+    identity = any(k.startswith(f"{names.CONNECTION}__") for k in os.environ)
+    if not os.environ.get(names.CONNECTION) and not identity:
+        os.environ[names.CONNECTION] = "UseDevelopmentStorage=true"  # the local emulator by default
     return Storage()
 
 

@@ -1,0 +1,46 @@
+"""Settings are read once from the environment; errors name the variable."""
+
+import json
+
+import pytest
+
+from upwell.errors import ConfigError
+from upwell.settings import Settings
+
+
+def test_defaults_are_local():
+    s = Settings.from_env({})
+    assert set(s.pools) == {"cpu", "mpi", "gpu"} and all(p.backend == "local" for p in s.pools.values())
+    assert s.max_shards == 10_000 and s.max_message_bytes == 64 * 1024
+
+
+def test_identity_connection_forms():
+    for key in ("AzureWebJobsStorage__serviceUri", "AzureWebJobsStorage__blobServiceUri",
+                "AzureWebJobsStorage__accountName"):
+        assert Settings.from_env({key: "x"}).connection == "identity"
+
+
+def test_cloud_pools_take_account_wide_settings():
+    env = {"UPWELL_POOLS": json.dumps({"gpu": {"backend": "batch", "options": {"pool_id": "p"}},
+                                       "cpu": {"backend": "aci", "options": {"image": "mine:1"}},
+                                       "loc": {"backend": "local"}}),
+           "UPWELL_BATCH_ACCOUNT_URL": "https://acct.batch.azure.com", "UPWELL_WORKER_IMAGE_GPU": "acr/gpu:1",
+           "UPWELL_WORKER_IMAGE_CPU": "acr/cpu:1", "UPWELL_WORKER_IDENTITY_ID": "/sub/id"}
+    pools = Settings.from_env(env).pools
+    assert pools["gpu"].options == {"pool_id": "p", "account_url": "https://acct.batch.azure.com",
+                                    "identity_id": "/sub/id", "image": "acr/gpu:1"}
+    assert pools["cpu"].options["image"] == "mine:1"  # a pool's own option wins
+    assert pools["loc"].options == {}
+
+
+@pytest.mark.parametrize("env, text", [
+    ({"UPWELL_POOLS": "{nope"}, "UPWELL_POOLS is not valid JSON"),
+    ({"UPWELL_POOLS": "{}"}, "non-empty"),
+    ({"UPWELL_POOLS": json.dumps({"cpu": {"max_nodez": 2}})}, "unknown keys ['max_nodez']"),
+    ({"UPWELL_MAX_SHARDS": "ten"}, "UPWELL_MAX_SHARDS must be an integer"),
+    ({"UPWELL_MAX_UPLOAD_BYTES": "-1"}, "UPWELL_MAX_UPLOAD_BYTES must be >= 0"),
+])
+def test_errors_name_the_setting(env, text):
+    with pytest.raises(ConfigError) as err:
+        Settings.from_env(env)
+    assert text in str(err.value)
