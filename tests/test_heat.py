@@ -78,13 +78,15 @@ def test_dt_lands_on_t_end_within_the_stability_limit():
 
 
 @pytest.mark.mpi
-def test_two_ranks_match_the_serial_field_bit_for_bit_and_report_metrics(tmp_path):
-    result = run_payload(item({"nx": 40, "ny": 24}, ranks=2), tmp_path / "w")
+def test_a_2x2_decomposition_matches_the_serial_field_bit_for_bit_and_reports_metrics(tmp_path):
+    # 4 ranks: Compute_dims gives 2 x 2, so both the row and the column halo exchange run
+    result = run_payload(item({"nx": 40, "ny": 24}, ranks=4), tmp_path / "w")
     assert result.status == "succeeded", result.stderr_tail
     g = Grid.from_params(HeatParams(nx=40, ny=24))
     assert np.array_equal(field(result), solve_serial(g))
     m = result.metrics
-    assert m["ranks"] == 2 and m["steps"] == g.steps and m["l2_error"] < 1e-4 and m["cells_per_second"] > 0
+    assert m["ranks"] == 4 and m["dims"] == [2, 2] and m["steps"] == g.steps
+    assert m["l2_error"] < 1e-4 and m["cells_per_second"] > 0 and m["completed"] is True
     assert {p.name for p in result.artifacts} == {"field.npz", "series.json"}
 
 
