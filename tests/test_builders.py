@@ -75,6 +75,10 @@ def test_batch_pool_body():
     assert start["containerSettings"]["containerRunOptions"] == "--rm --network host"
     assert start["userIdentity"] == {"autoUser": {"scope": "Pool", "elevationLevel": "NonAdmin"}}
     assert build_batch.pool_path(spec()).endswith("/batchAccounts/ba/pools/upwell-cpu")
+    derived = spec(account_name="", account_url="https://labbatch.eastus.batch.azure.com")
+    assert build_batch.pool_path(derived).endswith("/batchAccounts/labbatch/pools/upwell-cpu")
+    with pytest.raises(ConfigError, match="account_name"):
+        build_batch.pool_path(spec(account_name="", account_url="http://127.0.0.1:1"))
 
 
 def test_batch_mpi_gpu_and_no_identity():

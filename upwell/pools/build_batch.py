@@ -10,7 +10,9 @@ the image and reaches storage), ``identity_client_id``, ``storage_account``,
 ``env``, ``subnet_id``, ``pool_id`` (default ``upwell-<pool>``),
 ``image_reference`` ({publisher, offer, sku, version}), ``node_agent_sku``,
 ``container_run_options``, ``gpu`` (bool), ``mpi`` (bool: inter-node
-communication, one task slot per node), ``resize_timeout_min``.
+communication, one task slot per node), ``resize_timeout_min``; for creating
+the pool: ``subscription_id``, ``resource_group`` and ``account_name`` (default:
+from ``account_url``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import shlex
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from upwell.pools import azure_common as az
 from upwell.pools.base import PoolSpec
@@ -111,9 +114,17 @@ def pool_body(spec: PoolSpec) -> dict[str, Any]:
 
 def pool_path(spec: PoolSpec) -> str:
     sub, rg = az.opt(spec, "subscription_id"), az.opt(spec, "resource_group")
-    account = az.opt(spec, "account_name")
+    account = spec.options.get("account_name") or account_name(str(spec.options.get("account_url") or ""))
+    if not account:
+        az.opt(spec, "account_name")  # raises, naming the setting
     return (f"/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Batch/batchAccounts/{account}"
             f"/pools/{pool_id(spec)}")
+
+
+def account_name(account_url: str) -> str:
+    """"https://acct.eastus.batch.azure.com" -> "acct"."""
+    host = urlsplit(account_url).hostname or ""
+    return host.split(".", 1)[0] if host.endswith(".batch.azure.com") else ""
 
 
 def resize_timeout(spec: PoolSpec) -> timedelta:
