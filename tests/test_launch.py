@@ -131,3 +131,33 @@ def test_cli_runs_a_payload_and_copies_its_outputs(tmp_path):
     assert (tmp_path / "out" / "out" / "metrics.json").exists() and (tmp_path / "out" / "result.json").exists()
     bad = runner.invoke(app, ["payload", "run", "logistic", "--param", "r=9"])
     assert bad.exit_code == 2 and "r" in bad.output
+
+
+def test_a_payload_that_ignores_the_stop_is_killed_with_its_detached_children(tmp_path):
+    # like mpiexec's ranks: a grandchild in a session of its own, outside the process group
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "g = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'], start_new_session=True); "
+            "print(g.pid, flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+    grandchild = int(proc.stdout.readline())
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    outcome = launch._supervise(proc, stop=stop, on_tick=None, timeout_s=None, tick_s=1, grace_s=0.5,
+                                stop_signal=launch.signal.SIGTERM)
+    assert time.monotonic() - started < 5 and outcome.signals == ["SIGTERM", "SIGKILL"]
+    assert launch._status(proc.returncode, tmp_path, outcome) == "failed"
+    proc.stdout.close()
+    deadline = time.monotonic() + 5
+    while not gone(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(grandchild)
+
+
+def gone(pid: int) -> bool:
+    """Dead: no /proc entry, or a zombie waiting for its (new) parent to reap it."""
+    try:
+        return (launch.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True

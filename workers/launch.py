@@ -203,7 +203,8 @@ class _Streams:
     def join(self) -> None:
         for thread in self._threads:
             thread.join(timeout=10)
-        self._log.close()
+        if not any(thread.is_alive() for thread in self._threads):  # else a stray still holds the pipe
+            self._log.close()
 
     def tail(self) -> str:
         return b"".join(self._tail)[-TAIL_BYTES:].decode(errors="replace")
@@ -269,12 +270,38 @@ def _tick(on_tick: Callable[[], None] | None) -> None:
 
 
 def _signal_group(proc: subprocess.Popen, signum: signal.Signals, outcome: _Outcome | None) -> None:
+    # MPI ranks run in sessions of their own; a SIGKILL must reach them before mpiexec
+    # dies and they are re-parented out of reach.
+    strays = _descendants(proc.pid) if signum == signal.SIGKILL and proc.poll() is None else []
     try:
         os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):
-        return
-    if outcome is not None:
-        outcome.signals.append(signum.name)
+        pass
+    else:
+        if outcome is not None:
+            outcome.signals.append(signum.name)
+    for pid in strays:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live descendant of ``root``, from /proc (empty where there is no /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def _status(code: int | None, workdir: Path, outcome: _Outcome) -> str:
