@@ -16,7 +16,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from upwell import logs, names, scaling
-from upwell.errors import PoolError
+from upwell.errors import BudgetExceeded, PoolError
 from upwell.ledger import Ledger
 from upwell.pools.base import PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
@@ -27,13 +27,28 @@ log = logs.get("upwell.autoscale")
 ACTIVE = ("accepted", "running")
 
 
-def _price(spec: PoolSpec) -> float:
+def _prices(spec: PoolSpec) -> tuple[float, float | None, int, str]:
+    """(pay-as-you-go $/h, spot $/h, vCPUs per node, quota family) from the dated price table."""
     try:
         from upwell import cost
 
-        return float(cost.price(spec.price_key, spot=spec.spot_share >= 0.5))
-    except Exception:  # noqa: BLE001 - unknown key: the budget cap cannot apply, say so in the reason
-        return 0.0
+        row = cost.load().get(spec.price_key)
+        return float(row.payg), float(row.spot) if row.spot else None, int(row.vcpus), row.quota_family
+    except Exception:  # noqa: BLE001 - an unknown key: no budget cap can apply; the reason says $0/h
+        return 0.0, None, 0, ""
+
+
+def _interval_s(schedule: str) -> float:
+    """Seconds between two runs of the scale timer (NCRONTAB, or %SETTING% already resolved)."""
+    try:
+        from datetime import UTC, datetime
+
+        from upwell.ncrontab import parse
+
+        a, b = parse(schedule).occurrences(datetime.now(UTC), 2)
+        return max(1.0, (b - a).total_seconds())
+    except Exception:  # noqa: BLE001
+        return 30.0
 
 
 class Autoscaler:
@@ -53,8 +68,13 @@ class Autoscaler:
         if spec.name not in self.pools:
             from upwell.pools import make_pool
 
-            self.pools[spec.name] = make_pool(spec, **self.pool_ctx)
+            ctx = {"busy_nodes": self.busy_nodes, **self.pool_ctx}
+            self.pools[spec.name] = make_pool(spec, **ctx)
         return self.pools[spec.name]
+
+    def busy_nodes(self, pool: str) -> set[str]:
+        """Node ids the ledger shows running a shard: a backend never removes these."""
+        return {r["node"] for r in self.ledger.running(pool) if r.get("node")}
 
     def adapt(self) -> dict[str, scaling.Decision]:
         if not self._lock.acquire(blocking=False):
@@ -71,29 +91,53 @@ class Autoscaler:
         finally:
             self._lock.release()
 
-    def observe(self, spec: PoolSpec, status: PoolStatus) -> scaling.Observation:
+    def observe(self, spec: PoolSpec, status: PoolStatus, pool: WorkerPool | None = None) -> scaling.Observation:
         queue = self.storage.queue(names.work_queue(spec.name))
         try:
             approx = queue.get_queue_properties().approximate_message_count or 0
         except ResourceNotFoundError:
             approx = 0
-        in_flight = len(self.ledger.running(spec.name))
+        running = self.ledger.running(spec.name)
+        in_flight = len(running)
         # The approximate count includes invisible (leased) messages; those are the in-flight shards.
         visible = max(0, approx - in_flight)
-        return scaling.Observation(visible=visible, in_flight=in_flight, nodes=status.alive, idle=status.idle,
-                                   preempted_recent=status.preempted, price_per_node_hour=_price(spec),
-                                   budget_left_usd=spec.budget_usd, now=_epoch())
+        busy = {r.get("node") for r in running}
+        payg, spot_price, cores, family = _prices(spec)
+        jobs = [j for j in self.ledger.jobs(*ACTIVE) if j.get("pool") == spec.name]
+        quota = self._quota(pool)
+        return scaling.Observation(
+            visible=visible, in_flight=in_flight, nodes=status.alive,
+            # A backend may not see the agent's work (Batch start-task agents look idle): trust the ledger too.
+            idle=max(0, min(status.idle, status.alive - len(busy))),
+            preempted_recent=status.preempted,
+            spot_nodes=status.spot, budget_left_usd=_budget_left(spec, jobs), price_per_node_hour=payg,
+            spot_price_per_node_hour=spot_price, cores_per_node=cores, quota_family=quota.get("family") or family,
+            quota_cores=quota.get("cores"),
+            spot_quota_nodes=(quota["spot_cores"] // cores) if quota.get("spot_cores") is not None and cores else None,
+            task_s=_task_s(jobs), boot_s=float(spec.options.get("boot_s", 2.0 if spec.backend == "local" else 360.0)),
+            interval_s=_interval_s(self.settings.scale_schedule), now=_epoch())
+
+    @staticmethod
+    def _quota(pool: WorkerPool | None) -> dict:
+        quota = getattr(pool, "quota", None)
+        if quota is None:
+            return {}
+        try:
+            return quota() or {}
+        except PoolError as exc:
+            log.warning("autoscale.quota_unreadable", pool=pool.spec.name, error=str(exc)[:200])
+            return {}
 
     def adapt_pool(self, spec: PoolSpec) -> scaling.Decision:
         pool = self.pool(spec)
         status = pool.status()
-        obs = self.observe(spec, status)
+        obs = self.observe(spec, status, pool)
         state = self._load_state(spec.name)
         decision = scaling.decide(spec, obs, state)
         message = decision.message
         if decision.target != status.alive or decision.target != status.target:
             try:
-                pool.scale_to(decision.target)
+                pool.scale_to(decision.target, spot=decision.spot)
             except PoolError as exc:
                 message = str(exc)
                 log.warning("autoscale.pool_error", pool=spec.name, kind=exc.kind.value, error=message)
@@ -130,6 +174,30 @@ class Autoscaler:
         for job in self.ledger.jobs(*ACTIVE):
             if job.get("pool") == pool and job.get("message") != message:
                 self.ledger.update_job(job["PartitionKey"], message=message, message_at=now_iso())
+
+
+def _budget_left(spec: PoolSpec, jobs: list[dict]) -> float | None:
+    """The tighter of the pool's budget and its active jobs' budgets (None when nothing is capped)."""
+    from upwell import cost
+
+    lefts = []
+    if spec.budget_usd is not None:
+        lefts.append(max(0.0, spec.budget_usd - sum(float(j.get("spent_usd") or 0) for j in jobs)))
+    budgets = [j for j in jobs if j.get("budget_usd") is not None]
+    if budgets and len(budgets) == len(jobs):  # a job without a budget leaves the pool uncapped
+        total = 0.0
+        for j in budgets:
+            try:
+                total += cost.remaining(float(j["budget_usd"]), float(j.get("spent_usd") or 0))
+            except BudgetExceeded:
+                continue
+        lefts.append(total)
+    return min(lefts) if lefts else None
+
+
+def _task_s(jobs: list[dict]) -> float | None:
+    estimates = [float(j["estimate_node_seconds_per_shard"]) for j in jobs if j.get("estimate_node_seconds_per_shard")]
+    return sum(estimates) / len(estimates) if estimates else None
 
 
 def _busy():

@@ -77,12 +77,14 @@ class WorkerPool(abc.ABC):
         return self.translate_table.get(str(native).lower(), NodeState.UNKNOWN)
 
     @abc.abstractmethod
-    def scale_to(self, n: int) -> None:
-        """Ask for n nodes. Scale-in removes idle nodes only; it must not kill a running task."""
+    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+        """Ask for n nodes, ``spot`` of them spot (None: the backend's split).
+
+        Scale-in removes idle nodes only; it must not kill a running task."""
 
     @abc.abstractmethod
     def status(self) -> PoolStatus:
         """Observe the pool now."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional for backends that hold nothing
         """Release handles (and, for local pools, stop children)."""

@@ -90,7 +90,8 @@ class LocalPool(WorkerPool):
         return PoolStatus(self.spec.name, target=alive, nodes=nodes, dedicated=alive)
 
     # -- action ----------------------------------------------------------------------
-    def scale_to(self, n: int) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+        """Local processes are never spot; ``spot`` is ignored."""
         workers = self._workers()
         live = {w: v for w, v in workers.items() if v[1] in ("starting", "idle", "running")}
         if n > len(live):
