@@ -53,10 +53,27 @@ def of(path: Path, kind: str) -> list[str]:
 def test_entrypoint_is_the_agent_module_and_it_exists(image):
     entry = of(IMAGES[image], "ENTRYPOINT")
     assert len(entry) == 1
-    command = json.loads(entry[0])  # exec form: signals reach the agent, not a shell
-    assert command == ["python", "-m", "workers.agent"]
+    command = json.loads(entry[0])  # exec form: signals reach the script, which execs the agent
+    assert command == ["/app/workers/docker/entrypoint.sh"]
+    assert any(line.split()[:2] == ["WORKDIR", "/app"] for line in IMAGES[image].read_text().splitlines())
     assert importlib.util.find_spec("workers.agent") is not None
     assert (ROOT / "workers" / "agent.py").is_file()
+
+
+def test_entrypoint_runs_the_agent_or_a_given_command():
+    """Options alone start the agent; a full command (a Batch start task) runs as given, not after the agent."""
+    import os
+    import subprocess
+    import sys
+
+    script = ROOT / "workers" / "docker" / "entrypoint.sh"
+    assert os.access(script, os.X_OK)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    agent = subprocess.run([str(script), "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert agent.returncode == 0 and "--pool" in agent.stdout
+    given = subprocess.run([str(script), "/bin/sh", "-c", "echo as-given"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=30)
+    assert given.stdout.strip() == "as-given"
 
 
 @pytest.mark.parametrize("image", IMAGES)

@@ -39,6 +39,7 @@ PAYLOADS: dict[str, PayloadSpec] = {
 # Exit codes of the payload process (see workers/payloads/README.md).
 EXIT_OK = 0
 EXIT_PREEMPTED = 75  # checkpointed on SIGTERM; not a failure
+EXIT_BAD_INPUT = 65  # the input cannot be used (EX_DATAERR): permanent, never retried
 
 
 def get(name: str) -> PayloadSpec:

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from upwell import registry as _registry
 from upwell.registry import EXIT_OK, EXIT_PREEMPTED
 
 EXIT_FAILED = 1
-EXIT_BAD_INPUT = 65  # sysexits EX_DATAERR: the input or parameters are unusable
+EXIT_BAD_INPUT = _registry.EXIT_BAD_INPUT  # sysexits EX_DATAERR: the input or parameters are unusable
 
 ITEM_FILE = "item.json"
 PROGRESS_FILE = "progress.json"
