@@ -336,12 +336,12 @@ var mpiImage = '${registry.outputs.loginServer}/upwell-mpi:${imageTag}'
 var gpuImage = '${registry.outputs.loginServer}/upwell-gpu:${imageTag}'
 
 // docker options of the agent container per pool: host networking (MPI, IMDS),
-// GPUs for the gpu pool. The worker images' ENTRYPOINT is the agent, and Batch
-// appends the start task's command line to it; /usr/bin/env as the entrypoint
-// runs the command line as written (upwell.pools.build_batch's too).
-var cpuRunOptions = '--rm --network host --entrypoint /usr/bin/env'
-var mpiRunOptions = '--rm --network host --ipc host --entrypoint /usr/bin/env'
-var gpuRunOptions = '--rm --network host --ipc host --gpus all --entrypoint /usr/bin/env'
+// GPUs for the gpu pool. The images' entrypoint (workers/docker/entrypoint.sh)
+// runs a full command line as written, so the start task's command is not
+// appended to the agent (the same holds for upwell.pools.build_batch's pools).
+var cpuRunOptions = '--rm --network host'
+var mpiRunOptions = '--rm --network host --ipc host'
+var gpuRunOptions = '--rm --network host --ipc host --gpus all'
 
 var cpuBatchPool = {
   id: 'upwell-cpu'

@@ -267,15 +267,14 @@ def test_funcignore_keeps_tooling_and_data_out():
         assert needed not in lines, f".funcignore must not drop {needed}"
 
 
-def test_agent_containers_override_the_image_entrypoint(trees):
-    """The worker images' ENTRYPOINT is the agent; Batch appends the start task's command line to it,
-    so the pools' run options must replace the entrypoint for the command line to run as written."""
+def test_agent_containers_keep_the_image_entrypoint(trees):
+    """The worker images' entrypoint script runs a full command line as written (and the agent for bare
+    options), so the pools' run options must not replace it: that would bypass the non-root image setup."""
     images = list((ROOT / "workers" / "docker").glob("Dockerfile*"))
-    if not any("ENTRYPOINT" in p.read_text() for p in images):
-        return
+    assert images and all('ENTRYPOINT ["/app/workers/docker/entrypoint.sh"]' in p.read_text() for p in images)
     main = {k: v["value"] for k, v in trees["bicep/main.bicep"]["variables"].items()}
     for var in ("cpuRunOptions", "mpiRunOptions", "gpuRunOptions"):
-        assert "--entrypoint /usr/bin/env" in main[var], var
+        assert "--entrypoint" not in main[var], var
     assert "--gpus all" in main["gpuRunOptions"]
     cloud_init = (ROOT / "bicep" / "modules" / "vmss-cloud-init.yaml").read_text()
-    assert "--entrypoint /usr/bin/env __IMAGE__ python -m workers.agent" in cloud_init
+    assert "__IMAGE__ python -m workers.agent" in cloud_init and "--entrypoint" not in cloud_init
