@@ -10,12 +10,29 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from upwell.errors import InputRejected
 
 MAX_LINE_BYTES = 1 << 20
+# Only CR, LF and CRLF end a CSV line. str.splitlines() also splits at \v, \f, \x1c-\x1e, \x85,
+# \u2028 and \u2029, which are ordinary characters inside a field.
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+ARCHIVE_MAGIC = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"),
+                 (b"\xfd7zXZ\x00", "xz"), (b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar"),
+                 (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
+
+
+def archive_kind(head: bytes) -> str:
+    """The archive or compression format ``head`` (the first bytes of a file) starts with, or ''."""
+    for magic, kind in ARCHIVE_MAGIC:
+        if head.startswith(magic):
+            return kind
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -32,32 +49,44 @@ def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Itera
     head = b""
     for chunk in it:
         head += chunk
-        if len(head) >= 4:
+        if len(head) >= 512:
             break
+    kind = archive_kind(head)
+    if kind:
+        raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "
+                            "themselves", field="document", source=source)
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         decoder = codecs.getincrementaldecoder("utf-16")(errors="strict")
     else:
         decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
     pending = ""
     offset = 0
+    lineno = 0
 
     def feed(data: bytes, final: bool = False) -> Iterator[str]:
-        nonlocal pending, offset
+        nonlocal pending, offset, lineno
         try:
             text = decoder.decode(data, final)
         except UnicodeDecodeError as exc:
             raise InputRejected(f"{source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
                                 field="encoding", source=source) from None
+        if offset == 0 and "\x00" in text:
+            raise InputRejected(f"{source} contains NUL characters: a binary file, or UTF-16 text without a "
+                                "byte-order mark (save it as UTF-8, or UTF-16 with BOM)", field="encoding",
+                                source=source)
         offset += len(data)
         pending += text
-        lines = pending.splitlines(keepends=True)
+        lines = _LINES.findall(pending)
         pending = ""
         # Hold back an unfinished line, and a bare "\r" that may be half of a "\r\n".
         if lines and not final and (not lines[-1].endswith(("\n", "\r")) or lines[-1].endswith("\r")):
             pending = lines.pop()
-        if len(pending) > max_line:
-            raise InputRejected(f"{source}: a line is longer than {max_line} bytes", field="row",
-                                limit=f"max_line_bytes={max_line}", source=source)
+        for line in [*lines, pending]:
+            if len(line) > max_line:
+                raise InputRejected(f"{source}: line {lineno + 1} is longer than {max_line} characters",
+                                    field="row", limit=f"max_line_bytes={max_line}", source=source)
+            lineno += 1
+        lineno -= 1  # pending is counted again when it is complete
         yield from lines
 
     yield from feed(head)
@@ -106,7 +135,9 @@ def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | Non
                             field=missing[0], row=1, source=source)
     checks = [(header.index(c), c, k) for c, k in columns.items() if k != "str"]
     width = len(header)
-    buf, writer, count, index, first, size = _new_buffer(header)
+    line = _RowText()
+    head = line(header)
+    data, count, index, first = bytearray(head), 0, 0, 0
     rowno = 1
     while True:
         try:
@@ -122,29 +153,40 @@ def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | Non
         _check_row(row, width, checks, rowno, source)
         if count == 0:
             first = rowno
-        writer.writerow(row)
+        data += line(row)
         count += 1
-        if (rows_per_shard and count >= rows_per_shard) or (bytes_per_shard and buf.tell() >= bytes_per_shard):
+        if (rows_per_shard and count >= rows_per_shard) or (bytes_per_shard and len(data) >= bytes_per_shard):
             if index + 1 > max_shards:
                 raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
                                     limit=f"max_shards={max_shards}", source=source)
-            yield Shard(index, buf.getvalue().encode(), count, first)
+            yield Shard(index, bytes(data), count, first)
             index += 1
-            buf, writer, count, _, first, size = _new_buffer(header)
+            data, count = bytearray(head), 0
     if count:
         if index + 1 > max_shards:
             raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
                                 limit=f"max_shards={max_shards}", source=source)
-        yield Shard(index, buf.getvalue().encode(), count, first)
+        yield Shard(index, bytes(data), count, first)
     elif index == 0:
         raise InputRejected(f"{source} has a header but no data rows", field="row", row=2, source=source)
 
 
-def _new_buffer(header: list[str]):
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    return buf, writer, 0, 0, 0, 0
+class _RowText:
+    """Formats one CSV row as UTF-8 bytes, so that shard sizes are counted in bytes, not characters.
+
+    csv.writer with lineterminator "\n" leaves a field holding a lone "\r" unquoted, which a
+    reader then splits; such rows are written with every field quoted."""
+
+    def __init__(self) -> None:
+        self.buf = io.StringIO()
+        self.writer = csv.writer(self.buf, lineterminator="\n")
+        self.quoted = csv.writer(self.buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def __call__(self, row: list[str]) -> bytes:
+        self.buf.seek(0)
+        self.buf.truncate()
+        (self.quoted if any("\r" in f for f in row) else self.writer).writerow(row)
+        return self.buf.getvalue().encode()
 
 
 def shard_parquet(path: str, *, source: str, rows_per_shard: int = 1000, columns: dict[str, str] | None = None,
