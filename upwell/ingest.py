@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
+from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
 from upwell import logs, manifests, names, registry
@@ -31,6 +32,11 @@ from upwell.timeutil import now_iso
 MAX_NAME = 1024
 MANIFEST_NAMES = ("job.yaml", "job.yml", "job.json")
 INPUT_FOLDER = "data"  # incoming/<x>/data/... are a manifest's inputs, never jobs themselves
+ERROR_SUFFIX = ".error.json"
+# Archives and compressed files are refused by name (and by content in manifests and sharding):
+# upwell shards what it can see, and an archive would hide the files, their sizes and names.
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tgz", ".tar.gz", ".gz", ".bz2", ".tbz2", ".xz", ".txz", ".7z", ".rar",
+                    ".zst", ".lz4", ".lzma", ".z", ".jar", ".whl")
 
 log = logs.get("upwell.ingest")
 
@@ -52,8 +58,13 @@ def check_name(name: str) -> None:
         raise InputRejected(f"blob name {name[:80]!r} is an absolute path", field="name")
     if any(part == ".." for part in re.split(r"[\\/]", name)):
         raise InputRejected(f"blob name {name[:80]!r} contains '..'", field="name")
+    if any(part == "." for part in re.split(r"[\\/]", name)):
+        raise InputRejected(f"blob name {name[:80]!r} contains a '.' path segment", field="name")
     if any(unicodedata.category(c) == "Cc" for c in name):
         raise InputRejected(f"blob name {name[:80]!r} contains control characters", field="name")
+    if name.lower().endswith(ARCHIVE_SUFFIXES):
+        raise InputRejected(f"{name.rsplit('/', 1)[-1][:80]!r} is an archive; archives are not accepted: upload the "
+                            "files themselves (uncompressed)", field="name")
 
 
 def job_id_for(name: str, etag: str) -> str:
@@ -82,9 +93,20 @@ class Ingestor:
         self.settings = settings
         self.ledger = ledger or Ledger(storage)
 
+    def incoming(self, name: str):
+        """The client of incoming/<name>. A name with '.' or '..' segments (stored as is when an upload
+        sent them percent-encoded) needs them kept encoded on the wire: the HTTP stack would resolve
+        them and address another blob (or fail the signature), and the upload could never be moved."""
+        if not _dot_segments(name):
+            return self.storage.blob(names.INCOMING, name)
+        from azure.storage.blob import BlobClient
+
+        svc = self.storage.blobs
+        return BlobClient(svc.url, names.INCOMING, name, credential=svc.credential, transport=_DotSegments())
+
     def ingest(self, name: str) -> Outcome:
         """Ingest incoming/<name>. Raises only transient errors (so the host redelivers)."""
-        blob = self.storage.blob(names.INCOMING, name)
+        blob = self.incoming(name)
         try:
             props = blob.get_blob_properties()
         except ResourceNotFoundError:
@@ -103,9 +125,14 @@ class Ingestor:
             if existing and existing.get("status") not in ("ingesting",):
                 bound.info("ingest.duplicate", status=existing.get("status"))
                 return Outcome(job_id, "duplicate", int(existing.get("shards_total") or 0))
-            if is_manifest(name):
-                return self._manifest(job_id, name, props, bound)
-            return self._instrument(job_id, name, props, bound)
+            try:
+                if is_manifest(name):
+                    return self._manifest(job_id, name, props, bound)
+                return self._instrument(job_id, name, props, bound)
+            except (ValueError, RecursionError) as exc:  # the input broke a parser: still bad input
+                bound.exception("ingest.unreadable")
+                raise InputRejected(f"incoming/{name[:200]} cannot be read: {type(exc).__name__}: "
+                                    f"{str(exc)[:300]}", field="document") from None
         except InputRejected as exc:
             exc.source = exc.source or f"{names.INCOMING}/{name}"
             self.quarantine(job_id, name, props.etag, exc)
@@ -134,8 +161,11 @@ class Ingestor:
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
         index = 0
-        for ref in m.data:
-            check_name(ref)
+        for i, ref in enumerate(m.data):
+            try:
+                check_name(ref)
+            except InputRejected as exc:
+                raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
             path = ref if ref.startswith(f"{names.INCOMING}/") else f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
             for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
                 params = dict(m.params)
@@ -252,17 +282,18 @@ class Ingestor:
     # -- quarantine ---------------------------------------------------------------------
     def quarantine(self, job_id: str, name: str, etag: str, exc: InputRejected) -> None:
         """Copy the upload to quarantine/<name> beside <name>.error.json, then remove the original."""
-        safe = name if _printable(name) and len(name) <= MAX_NAME else f"rejected/{job_id}"
+        fits = len(name) + len(ERROR_SUFFIX) <= MAX_NAME
+        safe = name if _printable(name) and fits else f"rejected/{job_id}"
         error = {**exc.to_dict(), "job_id": job_id, "blob": f"{names.INCOMING}/{name!r}"[:2000],
                  "etag": etag, "rejected_at": now_iso()}
-        src = self.storage.blob(names.INCOMING, name)
+        src = self.incoming(name)
         try:
             downloader = src.download_blob(etag=etag, match_condition=_if_match())
             self.storage.blob(names.QUARANTINE, safe).upload_blob(downloader.chunks(), overwrite=True,
                                                                   metadata={"source_etag": etag.strip('"')})
         except ResourceNotFoundError:
             pass  # already moved by an earlier delivery
-        self.storage.write(f"{names.QUARANTINE}/{safe}.error.json", json.dumps(error, indent=2).encode(),
+        self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
                            content_type="application/json")
         self.ledger.create_job({"job_id": job_id, "name": name[:200], "status": "rejected", "message": exc.message,
                                 "error_field": exc.field, "error_row": exc.row, "source_blob": f"incoming/{name}"[:1000],
@@ -282,8 +313,29 @@ def _if_match():
 
 
 def _printable(name: str) -> bool:
-    return not any(unicodedata.category(c) == "Cc" for c in name) and ".." not in name.split("/") \
+    return not any(unicodedata.category(c) == "Cc" for c in name) and not _dot_segments(name) \
         and not name.startswith("/")
+
+
+def _dot_segments(name: str) -> bool:
+    return any(part in (".", "..") for part in name.split("/"))
+
+
+def _encode_dot_segments(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    path = "/".join({"..": "%2E%2E", ".": "%2E"}.get(seg, seg) for seg in parts.path.split("/"))
+    return urlunsplit(parts._replace(path=path))
+
+
+class _DotSegments(RequestsTransport):
+    """Sends '.' and '..' path segments percent-encoded. It acts after the request is signed, so a
+    SharedKey signature covers the name as stored and the HTTP stack cannot resolve the segments."""
+
+    def send(self, request, **kwargs):
+        request.url = _encode_dot_segments(request.url)
+        return super().send(request, **kwargs)
 
 
 def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:

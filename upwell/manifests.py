@@ -6,6 +6,7 @@ YAML is parsed with the safe loader only, and alias bombs are refused.
 
 from __future__ import annotations
 
+import codecs
 import fnmatch
 import hashlib
 import itertools
@@ -18,8 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from upwell import registry
 from upwell.errors import InputRejected
+from upwell.sharding import archive_kind
 
 MAX_ALIASES = 100
+MAX_DOCUMENT_BYTES = 1 << 20  # a manifest or rule; data goes in data blobs, not in the document
+MAX_NODES = 100_000  # values in the document once aliases are expanded (a billion-laughs guard)
 
 
 class Resources(BaseModel):
@@ -107,12 +111,50 @@ class _SafeLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def parse_document(data: bytes, source: str) -> dict:
-    """Parse YAML or JSON bytes into a dict; safe loader only."""
+def _text(data: bytes, source: str) -> str:
+    """UTF-8 (with or without a BOM) or UTF-16 with a BOM, as editors on any platform save it."""
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InputRejected(f"{source} is {len(data)} bytes; a manifest or rule may be at most "
+                            f"{MAX_DOCUMENT_BYTES} (put data in data blobs)", field="size",
+                            limit=f"max_document_bytes={MAX_DOCUMENT_BYTES}", source=source)
+    kind = archive_kind(data[:512])
+    if kind:
+        raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "
+                            "themselves", field="document", source=source)
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-16" if utf16 else "utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputRejected(f"{source} is not UTF-8 text (byte {exc.start})", field="encoding", source=source) from None
+
+
+def _check_size(doc: Any, source: str) -> None:
+    """Refuse documents whose aliases expand past MAX_NODES values, or refer to themselves."""
+    budget, stack, path = MAX_NODES, [doc], set()
+    while stack:
+        node = stack.pop()
+        if node is _LEAVE:
+            path.discard(stack.pop())
+            continue
+        budget -= 1
+        if budget < 0:
+            raise InputRejected(f"{source}: the document expands to more than {MAX_NODES} values "
+                                "(YAML aliases?)", field="yaml", limit=f"max_nodes={MAX_NODES}", source=source)
+        if isinstance(node, dict | list):
+            if id(node) in path:
+                raise InputRejected(f"{source}: the document refers to itself (a recursive YAML alias)",
+                                    field="yaml", source=source)
+            path.add(id(node))
+            stack += [id(node), _LEAVE]
+            stack += list(node.values()) + list(node) if isinstance(node, dict) else list(node)
+
+
+_LEAVE = object()
+
+
+def parse_document(data: bytes, source: str) -> dict:
+    """Parse YAML or JSON bytes into a dict; safe loader only."""
+    text = _text(data, source)
     if not text.strip():
         raise InputRejected(f"{source} is empty", field="document", source=source)
     try:
@@ -120,6 +162,9 @@ def parse_document(data: bytes, source: str) -> dict:
             doc = json.loads(text)
         else:
             doc = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - SafeLoader subclass
+    except RecursionError:
+        raise InputRejected(f"{source}: the document is nested too deeply", field="document",
+                            source=source) from None
     except json.JSONDecodeError as exc:
         raise InputRejected(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                             field="document", row=exc.lineno, source=source) from None
@@ -129,9 +174,13 @@ def parse_document(data: bytes, source: str) -> dict:
         raise InputRejected(f"{source}: invalid YAML{f' at line {row}' if row else ''}: "
                             f"{getattr(exc, 'problem', None) or exc}", field="document", row=row,
                             source=source) from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts (4300 digits)
+        raise InputRejected(f"{source}: a value cannot be read: {str(exc)[:200]}", field="document",
+                            source=source) from None
     if not isinstance(doc, dict):
         raise InputRejected(f"{source} must be a mapping at the top level, not {type(doc).__name__}",
                             field="document", source=source)
+    _check_size(doc, source)
     return doc
 
 
