@@ -184,7 +184,7 @@ class Ingestor:
         spec.params.model_validate(rule.params)
         m = manifests.Manifest(name=f"{rule.name or 'rule'}: {name}", payload=rule.payload, pool=pool,
                                params=rule.params, shard=rule.shard, estimate=rule.estimate,
-                               budget_usd=rule.budget_usd, spot=rule.spot)
+                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
         job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()))
         shards = []
         for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
@@ -242,7 +242,8 @@ class Ingestor:
                 "payload": m.payload, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
                 "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
-                "ranks": m.resources.ranks, "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
+                "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
+                "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
     def _dispatch(self, job: dict, shards: list[tuple], spec, resources, bound) -> Outcome:

@@ -46,6 +46,12 @@ def _clean(entity: Any) -> dict:
     return {k: v for k, v in dict(entity).items()}
 
 
+def _written(entity: Any) -> str:
+    """The server's last-write time of an entity, as a sortable string."""
+    stamp = (getattr(entity, "metadata", None) or {}).get("timestamp")
+    return stamp.isoformat(timespec="microseconds") if hasattr(stamp, "isoformat") else str(stamp or "")
+
+
 def _conflict(exc: Exception) -> bool:
     if isinstance(exc, ResourceModifiedError | TableTransactionError):
         return True
@@ -89,6 +95,13 @@ class Ledger:
             params.update({f"s{i}": s for i, s in enumerate(statuses)})
         for row in self.table.query_entities(flt, parameters=params):
             yield _clean(row)
+
+    def active_shards(self, job_id: str) -> list[tuple[str, str]]:
+        """(server write time, shard id) of the job's shards that an agent is working on now:
+        running and not yet released (see shard_released). The per-job concurrency cap counts these."""
+        rows = self.table.query_entities("PartitionKey eq @pk and status eq @s",
+                                         parameters={"pk": job_id, "s": "running"})
+        return [(_written(r), r["RowKey"]) for r in rows if not r.get("released_at")]
 
     def running(self, pool: str) -> list[dict]:
         """Shard rows that are running on a pool (the ledger's in-flight count)."""
@@ -151,7 +164,8 @@ class Ledger:
             if row.get("status") in TERMINAL_SHARD:
                 return None
             return {"status": "running", "node": node, "pool": pool, "spot": spot, "attempts": attempt,
-                    "started_at": now_iso(), "first_started_at": row.get("first_started_at") or now_iso()}
+                    "started_at": now_iso(), "first_started_at": row.get("first_started_at") or now_iso(),
+                    "released_at": ""}
 
         started = self._update_shard(job_id, shard_id, change) is not None
         if started:
@@ -179,6 +193,28 @@ class Ledger:
             return {"status": "preempted", "preemptions": int(row.get("preemptions") or 0) + 1,
                     "checkpoints": int(row.get("checkpoints") or 0) + checkpoints,
                     "preempted_node_seconds": float(row.get("preempted_node_seconds") or 0) + node_seconds}
+
+        self._update_shard(job_id, shard_id, change)
+
+    def shard_deferred(self, job_id: str, shard_id: str, *, node: str = "") -> None:
+        """Count a delivery that was put back because the job is at its concurrency cap (not a
+        failure). With ``node``: this node had marked it running, so it goes back to queued."""
+        def change(row):
+            if row.get("status") in TERMINAL_SHARD:
+                return None
+            fields: dict[str, Any] = {"deferrals": int(row.get("deferrals") or 0) + 1}
+            if node and row.get("status") == "running" and row.get("node") == node:
+                fields["status"] = "queued"
+            return fields
+
+        self._update_shard(job_id, shard_id, change)
+
+    def shard_released(self, job_id: str, shard_id: str) -> None:
+        """The agent is done with the shard (its result is written); collect will make it terminal."""
+        def change(row):
+            if row.get("status") != "running":
+                return None
+            return {"released_at": now_iso()}
 
         self._update_shard(job_id, shard_id, change)
 

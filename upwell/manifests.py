@@ -60,6 +60,7 @@ class Manifest(BaseModel):
     estimate: Estimate = Estimate()
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
+    max_concurrency: int = Field(0, ge=0, le=100_000)  # running shards at once; 0: no cap of its own
 
     @field_validator("payload")
     @classmethod
@@ -92,6 +93,7 @@ class PipelineRule(BaseModel):
     estimate: Estimate = Estimate()
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
+    max_concurrency: int = Field(0, ge=0, le=100_000)
 
     _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
 

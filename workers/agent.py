@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import re
 import shutil
 import signal
 import socket
@@ -23,12 +25,13 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-from upwell import logs, names, provenance
+from upwell import logs, names
 from upwell.errors import DecodeError, TransientError
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, decode
@@ -45,7 +48,8 @@ class AgentConfig:
     idle_exit_s: float = 0.0  # 0: never exit for idleness
     poll_s: float = 1.0
     max_dequeue_count: int = 5  # real failures before poison (host.json maxDequeueCount)
-    retry_backoff_s: float = 2.0
+    retry_backoff_s: float = 2.0  # a failed attempt waits backoff * 2^(attempt-1) s, at most 60
+    defer_s: int = 2  # a shard whose job is at its concurrency cap waits this long (plus jitter)
     node_id: str = ""
     spot: bool = False
     vm_size: str = "local"
@@ -61,7 +65,8 @@ class AgentConfig:
                   vm_size=env.get("UPWELL_VM_SIZE", "local"), state_file=env.get("UPWELL_STATE_FILE", ""),
                   scratch=env.get("UPWELL_SCRATCH", ""),
                   max_dequeue_count=int(env.get("UPWELL_MAX_DEQUEUE_COUNT", "5")),
-                  lease_s=int(env.get("UPWELL_LEASE_S", "60")))
+                  lease_s=int(env.get("UPWELL_LEASE_S", "60")),
+                  retry_backoff_s=float(env.get("UPWELL_RETRY_BACKOFF_S", "2")))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
@@ -109,6 +114,8 @@ class Agent:
         self.drain = threading.Event()  # finish the item in hand, then exit
         self.log = logs.get("upwell.agent", pool=config.pool, node=config.node_id)
         self.processed = 0
+        if config.scratch:  # a node whose scratch folder is missing must not fail (and poison) every shard
+            Path(config.scratch).mkdir(parents=True, exist_ok=True)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> int:
@@ -156,8 +163,7 @@ class Agent:
             return "duplicate"
         shard = self.ledger.shard(item.job_id, item.shard_id) or {}
         job = self.ledger.job(item.job_id) or {}
-        preemptions = int(shard.get("preemptions") or 0)
-        failures = msg.dequeue_count - 1 - preemptions  # attempts that ended without a clean outcome
+        failures = msg.dequeue_count - 1 - _excused(shard)  # attempts that ended without a clean outcome
         if failures >= self.config.max_dequeue_count:
             return self._poison(item, lease, shard, job, "gave up: the worker died or failed "
                                 f"{failures} times (maxDequeueCount {self.config.max_dequeue_count})", log)
@@ -165,20 +171,49 @@ class Agent:
         if budget is not None and float(job.get("spent_usd") or 0) >= float(budget):
             return self._poison(item, lease, shard, job, f"budget exceeded: spent ${float(job['spent_usd']):.2f} "
                                 f"of ${float(budget):.2f}; the job is no longer dispatched", log, poison=False)
+        cap = self._cap(job)
+        if cap and self._over_cap(item, cap, started=False):
+            return self._defer(item, lease, cap, log, started=False)
         attempt = msg.dequeue_count
         if not self.ledger.shard_started(item.job_id, item.shard_id, node=self.config.node_id, pool=self.config.pool,
                                          attempt=attempt, spot=self.config.spot):
             lease.ack()
             return "duplicate"
+        if cap and self._over_cap(item, cap, started=True):  # lost a race for the last slot
+            return self._defer(item, lease, cap, log, started=True)
         self._state("running", shard=f"{item.job_id}/{item.shard_id}")
         return self._run(item.with_attempt(attempt), lease, shard, job, log)
+
+    # -- the per-job concurrency cap ----------------------------------------------------
+    def _cap(self, job: dict) -> int:
+        """Running shards allowed per job: the manifest's max_concurrency and UPWELL_MAX_CONCURRENCY,
+        the lower of those set; 0 is no cap."""
+        caps = [c for c in (int(job.get("max_concurrency") or 0), self.settings.max_concurrency) if c > 0]
+        return min(caps) if caps else 0
+
+    def _over_cap(self, item: WorkItem, cap: int, *, started: bool) -> bool:
+        """Before starting: are ``cap`` other shards of the job running? After marking this one
+        running: is it among the first ``cap`` by the server's write time? Two agents that both
+        passed the first check see the same order in the second, so the later one backs off."""
+        active = self.ledger.active_shards(item.job_id)
+        if not started:
+            return sum(1 for _, sid in active if sid != item.shard_id) >= cap
+        return item.shard_id not in [sid for _, sid in sorted(active)[:cap]]
+
+    def _defer(self, item: WorkItem, lease: Lease, cap: int, log, *, started: bool) -> str:
+        """Put the message back for a short while; a deferral is not a failure (see _excused)."""
+        self.ledger.shard_deferred(item.job_id, item.shard_id, node=self.config.node_id if started else "")
+        lease.release(self.config.defer_s + random.randint(0, self.config.defer_s))
+        log.info("agent.deferred", max_concurrency=cap)
+        return "deferred"
 
     # -- one attempt ------------------------------------------------------------------
     def _run(self, item: WorkItem, lease: Lease, shard: dict, job: dict, log) -> str:
         from workers.launch import run_payload
 
         started = now_iso()
-        root = Path(tempfile.mkdtemp(prefix=f"upwell-{item.shard_id}-", dir=self.config.scratch or None))
+        root = Path(tempfile.mkdtemp(prefix=f"upwell-{_safe_name(item.shard_id)[:40]}-",
+                                     dir=self.config.scratch or None))
         try:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
@@ -187,6 +222,12 @@ class Agent:
                                  on_tick=lease.extend)
             finished = now_iso()
             node_seconds = seconds_between(started, finished) or result.run_s
+            if result.status == "failed" and self.stop.is_set():
+                # We stopped it: a payload signalled before it could install its handler (still
+                # importing) dies of the signal instead of exiting 75. That is our preemption, not
+                # its failure; counting it would poison shards under a storm of evictions.
+                log.info("agent.stopped_payload_died", exit_code=result.exit_code)
+                result.status = "preempted"
             if result.status == "preempted":
                 n = self._stage_checkpoint_out(item, result.checkpoint_dir)
                 self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=node_seconds)
@@ -195,15 +236,18 @@ class Agent:
                 return "preempted"
             if result.status == "succeeded":
                 self._stage_checkpoint_out(item, result.checkpoint_dir)
+                artifacts = self._stage_out(item, result.artifacts, result.checkpoint_dir.parent / "out")
                 doc = results.document(item, "succeeded", shard=shard, job=job, node=self._node(), started=started,
                                        finished=finished, launch=result, input_path=input_path,
-                                       artifacts=self._stage_out(item, result.artifacts), settings=self.settings)
+                                       artifacts=artifacts, settings=self.settings)
                 results.write(self.storage, item, doc)
+                if self._cap(job):
+                    self.ledger.shard_released(item.job_id, item.shard_id)  # its slot is free before collect
                 lease.ack()
                 log.info("agent.succeeded", run_s=round(result.run_s, 3))
                 return "succeeded"
             error = f"payload exited with code {result.exit_code}"
-            if item.attempt >= self.config.max_dequeue_count + int(shard.get("preemptions") or 0):
+            if item.attempt >= self.config.max_dequeue_count + _excused(shard):
                 return self._poison(item, lease, shard, job, error, log, stderr_tail=result.stderr_tail,
                                     started=started, launch=result)
             self.ledger.shard_retry(item.job_id, item.shard_id, error=error, stderr_tail=result.stderr_tail,
@@ -228,9 +272,13 @@ class Agent:
         doc = results.document(item, "failed", shard=shard, job=job, node=self._node(), started=started,
                                finished=now_iso(), launch=launch, error=error, stderr_tail=tail,
                                settings=self.settings)
-        results.write(self.storage, item, doc)
         if poison:
+            # Before the result: once the result exists, a redelivery only acks, so a crash between
+            # the two would lose the poison copy. This order can at worst send it twice.
             self.poison.send_message(lease.msg.content)
+        results.write(self.storage, item, doc)
+        if self._cap(job):
+            self.ledger.shard_released(item.job_id, item.shard_id)
         lease.ack()
         log.error("agent.poisoned" if poison else "agent.dropped", error=error)
         return "poisoned" if poison else "dropped"
@@ -253,10 +301,10 @@ class Agent:
             return None
         dest = root / "resume"
         for b in blobs:
-            rel = b.name[len(prefix):]
-            if not rel or ".." in rel.split("/"):
+            path = _inside(dest, b.name[len(prefix):])
+            if path is None:
+                self.log.warning("agent.checkpoint_name_refused", blob=f"{names.CHECKPOINTS}/{b.name}"[:300])
                 continue
-            path = dest / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as fh:
                 self.storage.blob(names.CHECKPOINTS, b.name).download_blob().readinto(fh)
@@ -267,16 +315,20 @@ class Agent:
             return 0
         n = 0
         for path in sorted(Path(ckpt).rglob("*")):
-            if path.is_file() and not path.name.endswith(".tmp"):
+            if _regular(path, ckpt) and not path.name.endswith(".tmp"):
+                rel = "/".join(_safe_name(part) for part in path.relative_to(ckpt).parts)
                 with open(path, "rb") as fh:
-                    self.storage.write(f"{item.checkpoint_prefix}{path.relative_to(ckpt).as_posix()}", fh)
+                    self.storage.write(f"{item.checkpoint_prefix}{rel}", fh)
                 n += 1
         return n
 
-    def _stage_out(self, item: WorkItem, artifacts) -> dict[str, str]:
+    def _stage_out(self, item: WorkItem, artifacts, out_dir: Path) -> dict[str, str]:
         out = {}
         for path in artifacts:
-            name = Path(path).name
+            if not _regular(Path(path), out_dir):
+                self.log.warning("agent.artifact_refused", artifact=str(path)[:300], reason="not a regular file")
+                continue
+            name = _safe_name(Path(path).name)
             blob = f"{item.result_prefix}/{name}"
             with open(path, "rb") as fh:
                 self.storage.write(blob, fh)
@@ -295,6 +347,40 @@ class Agent:
         tmp.write_text(json.dumps({"pid": os.getpid(), "state": state, "since": time.time(),
                                    "node": self.config.node_id, **extra}))
         os.replace(tmp, path)
+
+
+def _excused(shard: dict) -> int:
+    """Deliveries that were not failed attempts: preemptions and concurrency-cap deferrals."""
+    return int(shard.get("preemptions") or 0) + int(shard.get("deferrals") or 0)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
+
+
+def _safe_name(name: str, limit: int = 200) -> str:
+    """One path segment that is safe as a local file name and a blob name segment: no separators,
+    no control characters, not '.' or '..' (a backslash would become '/' in a blob name)."""
+    safe = _UNSAFE.sub("_", name)[:limit]
+    return safe if safe.strip(".") else safe.replace(".", "_") or "_"
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """root/rel when it stays inside root (no '..', no absolute part, no backslash tricks), else None."""
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+            or any(unicodedata.category(c) == "Cc" for c in rel):
+        return None
+    path = root.joinpath(*parts)
+    base = root.resolve()
+    return path if path.resolve().is_relative_to(base) and path.resolve() != base else None
+
+
+def _regular(path: Path, root: Path) -> bool:
+    """A regular file, not a symlink, and inside root (a payload's outputs stay in its work dir)."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(Path(root).resolve())
+    except OSError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
