@@ -15,6 +15,8 @@ _SECRETS = [
     (re.compile(r"([?&]sig=)[^&\s\"']+", re.I), r"\1***"),
     (re.compile(r"(\"?(?:account_?key|password|client_secret)\"?\s*[:=]\s*\"?)[^\s\",;]+", re.I), r"\1***"),
 ]
+# Event keys whose value is a secret whatever it looks like (a bare account key has no "AccountKey=").
+_SECRET_KEYS = re.compile(r"(?i)(account_?key|password|secret|sas_?token|credential|connection_?string|^key$)")
 
 
 def redact_text(text: str) -> str:
@@ -23,12 +25,44 @@ def redact_text(text: str) -> str:
     return text
 
 
+def _scrub(value, depth: int = 0):
+    """Redact strings inside dicts, lists and tuples too (a config dict, a list of URLs)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if depth > 8:
+        return value
+    if isinstance(value, dict):
+        return {k: "***" if isinstance(k, str) and _SECRET_KEYS.search(k) and value[k] else _scrub(v, depth + 1)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_scrub(v, depth + 1) for v in value)
+    if isinstance(value, BaseException):
+        return redact_text(repr(value))
+    return value
+
+
 def redact(_logger, _name, event: dict) -> dict:
-    """structlog processor: scrub connection-string keys, SAS signatures and secrets."""
-    for key, value in list(event.items()):
-        if isinstance(value, str):
-            event[key] = redact_text(value)
-    return event
+    """structlog processor: scrub connection-string keys, SAS signatures and secrets, at any depth."""
+    return _scrub(event)
+
+
+def _redact_stdlib() -> None:
+    """The same scrubbing for stdlib log records (the Azure SDK and the devhost log through them):
+    each record's message is formatted and redacted when the record is made."""
+    base = logging.getLogRecordFactory()
+    if getattr(base, "upwell_redacts", False):
+        return
+
+    def factory(*args, **kwargs) -> logging.LogRecord:
+        record = base(*args, **kwargs)
+        try:
+            record.msg, record.args = redact_text(record.getMessage()), None
+        except Exception:  # noqa: BLE001 - a message that does not format is left for logging to report
+            pass
+        return record
+
+    factory.upwell_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
 
 
 _configured = False
@@ -55,6 +89,7 @@ def configure(*, pretty: bool | None = None, level: int = logging.INFO) -> None:
         cache_logger_on_first_use=False,
     )
     logging.getLogger("azure").setLevel(logging.WARNING)
+    _redact_stdlib()
     _configured = True
 
 
