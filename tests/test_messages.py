@@ -48,3 +48,19 @@ def test_decode_errors_are_typed(bad, why):
 def test_round_trip_property(params, attempt, shard):
     item = WorkItem(job_id="job", shard_id=shard, payload="logistic", pool="cpu", params=params, attempt=attempt)
     assert decode(encode(item)) == item
+
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                       | TEXT, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+                       max_leaves=20)
+
+
+@given(job=TEXT, shard=TEXT, payload=TEXT, pool=TEXT, params=st.dictionaries(TEXT, JSONISH, max_size=6),
+       blob=st.none() | TEXT, prefix=TEXT, trace=TEXT, ranks=st.integers(1, 1024), gpus=st.integers(0, 16))
+def test_round_trip_every_field(job, shard, payload, pool, params, blob, prefix, trace, ranks, gpus):
+    """Any text in any field (quotes, newlines, non-ASCII) and nested parameters survive the codec."""
+    item = WorkItem(job_id=job, shard_id=shard, payload=payload, pool=pool, params=params, input_blob=blob,
+                    checkpoint_prefix=prefix, result_prefix=prefix, trace_id=trace, ranks=ranks, gpus=gpus)
+    text = encode(item)
+    assert decode(text) == item and decode(base64.b64encode(text.encode()).decode()) == item
