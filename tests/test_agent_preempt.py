@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 CASES = {
     "heat-mpi": (b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
                  b"params: {nx: 256, t_end: 0.06, checkpoint_every: 100}\ngrid: {alpha: [1.0]}\n", "mpi"),
-    "train-torch": (b"payload: train-torch\npool: gpu\nparams: {epochs: 40, hidden: 32, lr: 0.05}\n"
+    "train-torch": (b"payload: train-torch\npool: gpu\nparams: {epochs: 60, hidden: 32, lr: 0.05}\n"
                     b"grid: {seed: [0]}\n", "gpu"),
 }
 
@@ -64,7 +64,8 @@ def test_sigterm_checkpoints_and_the_next_attempt_resumes(payload, azurite, tmp_
 
     first = _agent(azurite.connection_string, pool, tmp_path)
     _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "running", 60, "the shard to start")
-    time.sleep(4 if payload == "heat-mpi" else 6)  # let it compute (and checkpoint) for a while
+    # SIGTERM once the payload has written a checkpoint of its own, so the test never races a fast run.
+    _wait(lambda: list(tmp_path.glob("upwell-*/work/ckpt/progress.json")), 120, "a first checkpoint")
     assert first.poll() is None, first.stdout.read().decode()[-3000:]
     first.send_signal(signal.SIGTERM)
     out = first.communicate(timeout=60)[0].decode()

@@ -113,3 +113,26 @@ def test_bad_names_refused(name):
     with pytest.raises(InputRejected) as err:
         check_name(name)
     assert err.value.field == "name"
+
+
+def test_unusable_input_is_failed_once_not_retried(store, tmp_path):
+    """A payload that exits 65 (EX_DATAERR) names the problem; the agent fails the shard at once, poisons the
+    message, and collect counts it, with the attempt on the shard row's history."""
+    from upwell.collect import collect
+    from workers.agent import Agent, AgentConfig
+
+    store.blob(names.INCOMING, "perm/data/values.csv").upload_blob(b"time,a\n1,x\n2,y\n", overwrite=True)
+    etag = _upload(store, "perm/job.yaml", b"payload: channel-stats\ndata: [data/values.csv]\n")
+    out = Ingestor(store, Settings()).ingest("perm/job.yaml")
+    assert out.status == "accepted" and out.job_id == job_id_for("perm/job.yaml", etag)
+    agent = Agent(store, AgentConfig(pool="cpu", node_id="n-perm", idle_exit_s=0.5, poll_s=0.1, scratch=str(tmp_path)))
+    assert agent.handle(store.queue(names.work_queue("cpu")).receive_message(visibility_timeout=30)) == "poisoned"
+    doc = json.loads(store.read(f"results/{out.job_id}/s00000.json"))
+    assert doc["status"] == "failed" and doc["poisoned"] and "not retried" in doc["error"]
+    assert "'x'" in doc["stderr_tail"] or "x" in doc["stderr_tail"]
+    done = collect(store, f"{out.job_id}/s00000.json")
+    assert done.job_done and done.job_status == "failed"
+    shard = Ledger(store).shard(out.job_id, "s00000")
+    assert shard["poisoned"] is True and shard["attempts"] == 1
+    poison = store.queue(names.poison_queue(names.work_queue("cpu"))).receive_messages(max_messages=32)
+    assert any(out.job_id in m.content for m in poison)

@@ -68,6 +68,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     fields = {"finished_at": t.get("finished") or "", "error": (doc.get("error") or "")[:2000],
               "stderr_tail": (doc.get("stderr_tail") or "")[-4000:], "node_seconds": float(t.get("node_seconds") or 0),
               "result_blob": f"{names.RESULTS}/{name}"}
+    if doc.get("poisoned"):
+        fields["poisoned"] = True
     if (doc.get("node") or {}).get("id"):
         fields["node"] = doc["node"]["id"]
     done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=shard_cost(doc, job))

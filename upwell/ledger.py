@@ -8,6 +8,7 @@ caller sees the job become terminal.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,6 +57,17 @@ def _conflict(exc: Exception) -> bool:
     if isinstance(exc, ResourceModifiedError | TableTransactionError):
         return True
     return isinstance(exc, HttpResponseError) and exc.status_code in (409, 412)
+
+
+def _history(row: dict, status: str, keep: int = 20) -> str:
+    """The shard's earlier attempts (JSON), with the one ending now appended: node, started, finished, status."""
+    try:
+        past = json.loads(row.get("history") or "[]")
+    except ValueError:
+        past = []
+    past.append({"node": row.get("node", ""), "started": row.get("started_at", ""), "finished": now_iso(),
+                 "status": status})
+    return json.dumps(past[-keep:])
 
 
 class Ledger:
@@ -191,6 +203,7 @@ class Ledger:
             if row.get("status") in TERMINAL_SHARD:
                 return None
             return {"status": "preempted", "preemptions": int(row.get("preemptions") or 0) + 1,
+                    "history": _history(row, "preempted"),
                     "checkpoints": int(row.get("checkpoints") or 0) + checkpoints,
                     "preempted_node_seconds": float(row.get("preempted_node_seconds") or 0) + node_seconds}
 
@@ -224,6 +237,7 @@ class Ledger:
             if row.get("status") in TERMINAL_SHARD:
                 return None
             return {"status": "queued", "error": error[:2000], "stderr_tail": stderr_tail[-4000:],
+                    "history": _history(row, "failed"),
                     "failures": int(row.get("failures") or 0) + 1,
                     "failed_node_seconds": float(row.get("failed_node_seconds") or 0) + node_seconds}
 

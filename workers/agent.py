@@ -32,7 +32,7 @@ from pathlib import Path
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from upwell import logs, names
-from upwell.errors import DecodeError, TransientError
+from upwell.errors import DecodeError, InputRejected, TransientError
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, decode
 from upwell.settings import Settings
@@ -218,43 +218,13 @@ class Agent:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
             log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
-            result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=self.stop,
-                                 on_tick=lease.extend)
-            finished = now_iso()
-            node_seconds = seconds_between(started, finished) or result.run_s
-            if result.status == "failed" and self.stop.is_set():
-                # We stopped it: a payload signalled before it could install its handler (still
-                # importing) dies of the signal instead of exiting 75. That is our preemption, not
-                # its failure; counting it would poison shards under a storm of evictions.
-                log.info("agent.stopped_payload_died", exit_code=result.exit_code)
-                result.status = "preempted"
-            if result.status == "preempted":
-                n = self._stage_checkpoint_out(item, result.checkpoint_dir)
-                self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=node_seconds)
-                lease.release(0)
-                log.info("agent.preempted", checkpoint_files=n)
-                return "preempted"
-            if result.status == "succeeded":
-                self._stage_checkpoint_out(item, result.checkpoint_dir)
-                artifacts = self._stage_out(item, result.artifacts, result.checkpoint_dir.parent / "out")
-                doc = results.document(item, "succeeded", shard=shard, job=job, node=self._node(), started=started,
-                                       finished=finished, launch=result, input_path=input_path,
-                                       artifacts=artifacts, settings=self.settings)
-                results.write(self.storage, item, doc)
-                if self._cap(job):
-                    self.ledger.shard_released(item.job_id, item.shard_id)  # its slot is free before collect
-                lease.ack()
-                log.info("agent.succeeded", run_s=round(result.run_s, 3))
-                return "succeeded"
-            error = f"payload exited with code {result.exit_code}"
-            if item.attempt >= self.config.max_dequeue_count + _excused(shard):
-                return self._poison(item, lease, shard, job, error, log, stderr_tail=result.stderr_tail,
-                                    started=started, launch=result)
-            self.ledger.shard_retry(item.job_id, item.shard_id, error=error, stderr_tail=result.stderr_tail,
-                                    node_seconds=node_seconds)
-            lease.release(int(min(60, self.config.retry_backoff_s * 2 ** (item.attempt - 1))))
-            log.warning("agent.failed_will_retry", exit_code=result.exit_code, attempt=item.attempt)
-            return "retry"
+            try:
+                result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
+                                     stop=self.stop, on_tick=lease.extend)
+            except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
+                return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
+                                    started=started)
+            return self._settle(item, lease, shard, job, result, started, input_path, log)
         except (TransientError, AzureError) as exc:
             log.warning("agent.transient", error=str(exc).splitlines()[0][:300])
             try:
@@ -265,6 +235,47 @@ class Agent:
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
+    def _settle(self, item: WorkItem, lease: Lease, shard: dict, job: dict, result, started: str,
+                input_path: Path | None, log) -> str:
+        """Act on how the attempt ended: preempted, succeeded, failed for good, or failed to retry."""
+        finished = now_iso()
+        node_seconds = seconds_between(started, finished) or result.run_s
+        if result.status == "failed" and self.stop.is_set():
+            # We stopped it: a payload signalled before it could install its handler (still
+            # importing) dies of the signal instead of exiting 75. That is our preemption, not
+            # its failure; counting it would poison shards under a storm of evictions.
+            log.info("agent.stopped_payload_died", exit_code=result.exit_code)
+            result.status = "preempted"
+        if result.status == "preempted":
+            n = self._stage_checkpoint_out(item, result.checkpoint_dir)
+            self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=node_seconds)
+            lease.release(0)
+            log.info("agent.preempted", checkpoint_files=n)
+            return "preempted"
+        if result.status == "succeeded":
+            self._stage_checkpoint_out(item, result.checkpoint_dir)
+            artifacts = self._stage_out(item, result.artifacts, result.checkpoint_dir.parent / "out")
+            doc = results.document(item, "succeeded", shard=shard, job=job, node=self._node(), started=started,
+                                   finished=finished, launch=result, input_path=input_path,
+                                   artifacts=artifacts, settings=self.settings)
+            results.write(self.storage, item, doc)
+            if self._cap(job):
+                self.ledger.shard_released(item.job_id, item.shard_id)  # its slot is free before collect
+            lease.ack()
+            log.info("agent.succeeded", run_s=round(result.run_s, 3))
+            return "succeeded"
+        error = f"payload exited with code {result.exit_code}"
+        if getattr(result, "permanent", False):
+            error += " (unusable input: not retried)"
+        if getattr(result, "permanent", False) or item.attempt >= self.config.max_dequeue_count + _excused(shard):
+            return self._poison(item, lease, shard, job, error, log, stderr_tail=result.stderr_tail,
+                                started=started, launch=result)
+        self.ledger.shard_retry(item.job_id, item.shard_id, error=error, stderr_tail=result.stderr_tail,
+                                node_seconds=node_seconds)
+        lease.release(int(min(60, self.config.retry_backoff_s * 2 ** (item.attempt - 1))))
+        log.warning("agent.failed_will_retry", exit_code=result.exit_code, attempt=item.attempt)
+        return "retry"
+
     def _poison(self, item: WorkItem, lease: Lease, shard: dict, job: dict, error: str, log, *,
                 stderr_tail: str = "", started: str | None = None, launch=None, poison: bool = True) -> str:
         """Record a permanent failure as the shard's result (collect counts it), then drop the message."""
@@ -272,6 +283,7 @@ class Agent:
         doc = results.document(item, "failed", shard=shard, job=job, node=self._node(), started=started,
                                finished=now_iso(), launch=launch, error=error, stderr_tail=tail,
                                settings=self.settings)
+        doc["poisoned"] = poison
         if poison:
             # Before the result: once the result exists, a redelivery only acks, so a crash between
             # the two would lose the poison copy. This order can at worst send it twice.
