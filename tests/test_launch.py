@@ -161,3 +161,52 @@ def gone(pid: int) -> bool:
         return (launch.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
     except (FileNotFoundError, ProcessLookupError):
         return True
+
+
+def test_payload_does_not_outlive_a_killed_agent(tmp_path):
+    """SIGKILL the process that launched a payload: the payload is told (SIGTERM) and exits on its own."""
+    import os
+    import signal
+    from pathlib import Path
+
+    marker = tmp_path / "pid"
+    script = f"""
+import sys, time
+from pathlib import Path
+from upwell.messages import WorkItem
+from workers.launch import run_payload
+item = WorkItem(job_id="j", shard_id="s", payload="logistic", pool="cpu", params={{"sleep_s": 60, "steps": 100}})
+import threading, os
+def report():
+    for _ in range(200):
+        for p in Path("/proc").iterdir():
+            try:
+                if p.name.isdigit() and b"workers.payloads.logistic" in (p / "cmdline").read_bytes():
+                    Path({str(marker)!r}).write_text(p.name); return
+            except OSError:
+                pass
+        time.sleep(0.1)
+threading.Thread(target=report, daemon=True).start()
+run_payload(item, Path({str(tmp_path / "w")!r}))
+"""
+    agent = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).resolve().parent.parent)
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the payload never started"
+    payload_pid = int(marker.read_text())
+    os.kill(agent.pid, signal.SIGKILL)
+    agent.wait(10)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(payload_pid, 0)
+            state = Path(f"/proc/{payload_pid}/stat").read_text().split(")")[-1].split()[0]
+            if state == "Z":
+                break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(payload_pid, signal.SIGKILL)
+        raise AssertionError("the payload outlived its agent")

@@ -210,12 +210,23 @@ class _Streams:
         return b"".join(self._tail)[-TAIL_BYTES:].decode(errors="replace")
 
 
+def _die_with_parent() -> None:
+    """In the child: have Linux send SIGTERM when the agent dies (even by SIGKILL), so a payload never
+    outlives its agent and runs beside the retry of its own shard. Elsewhere this does nothing."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _start(command: list[str], workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen, _Streams]:
     log_path = workdir / "payload.log"
     with open(log_path, "ab") as handle:
         handle.write(f"$ {' '.join(command)}\n".encode())
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
     return proc, _Streams(proc, log_path)
 
 

@@ -151,7 +151,15 @@ class BlobListener:
             key = (blob.name, blob.etag)
             seen.add(key)
             if not self._waiting(key):
-                claim = self._claim(blob, params)
+                try:
+                    claim = self._claim(blob, params)
+                except Exception as exc:  # noqa: BLE001 - one blob whose receipt cannot be written
+                    # (a name the SDK cannot address) must not stop the rest of the container.
+                    log.warning("devhost.blob_claim_failed", function=self.spec.name, blob=blob.name[:200],
+                                error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+                    with self._lock:
+                        self._not_before[key] = time.monotonic() + 30.0
+                    continue
                 if claim is not None:
                     claims.append(claim)
         with self._lock:
