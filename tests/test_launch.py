@@ -181,7 +181,8 @@ def report():
     for _ in range(200):
         for p in Path("/proc").iterdir():
             try:
-                if p.name.isdigit() and b"workers.payloads.logistic" in (p / "cmdline").read_bytes():
+                argv = (p / "cmdline").read_bytes().split(b"\\0")
+                if p.name.isdigit() and argv[1:3] == [b"-m", b"workers.payloads." + b"logistic"]:
                     Path({str(marker)!r}).write_text(p.name); return
             except OSError:
                 pass
