@@ -25,7 +25,7 @@ from upwell.errors import InputRejected
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, encode
 from upwell.settings import Settings
-from upwell.sharding import Shard, shard_csv, shard_parquet
+from upwell.sharding import shard_csv, shard_parquet
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
@@ -166,7 +166,8 @@ class Ingestor:
                 check_name(ref)
             except InputRejected as exc:
                 raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
-            path = ref if ref.startswith(f"{names.INCOMING}/") else f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
+            local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
+            path = ref if ref.startswith(f"{names.INCOMING}/") else local
             for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
                 params = dict(m.params)
                 spec.params.model_validate(params)
@@ -297,7 +298,8 @@ class Ingestor:
         self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
                            content_type="application/json")
         self.ledger.create_job({"job_id": job_id, "name": name[:200], "status": "rejected", "message": exc.message,
-                                "error_field": exc.field, "error_row": exc.row, "source_blob": f"incoming/{name}"[:1000],
+                                "error_field": exc.field, "error_row": exc.row,
+                                "source_blob": f"incoming/{name}"[:1000],
                                 "quarantine_blob": f"{names.QUARANTINE}/{safe}", "created_at": now_iso(),
                                 "shards_total": 0, "shards_done": 0, "shards_failed": 0})
         self.ledger.update_job(job_id, status="rejected", message=exc.message)

@@ -16,7 +16,6 @@ from upwell.errors import ConfigError
 from upwell.pools.base import PoolSpec
 
 
-
 def azurite_connection_string(host: str = "127.0.0.1", blob: int = 10000, queue: int = 10001,
                               table: int = 10002) -> str:
     """The Azurite development connection string with explicit endpoints."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.contract.test_batch_contract import A, ARM_POOL, R, spec
+from tests.contract.test_batch_contract import ARM_POOL, A, R, spec
 from upwell.autoscale import Autoscaler
 from upwell.ledger import Ledger
 from upwell.settings import Settings
