@@ -80,3 +80,18 @@ def test_third_party_upload_while_up_runs(tmp_path):
         assert Ledger(Storage(azurite.connection_string(*ports))).job(job_id)["status"] == "succeeded"
     finally:
         _stop(proc)
+
+
+def test_closing_the_terminal_stops_every_child(tmp_path):
+    """SIGHUP (the terminal closed) stops the devhost and Azurite as Ctrl-C does: no orphans."""
+    ports = azurite.free_ports(3)
+    proc = _up(tmp_path / "home", ports)
+    _wait_ready(proc)
+    assert azurite.is_running(ports)
+    proc.send_signal(signal.SIGHUP)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0, out[-2000:]
+    assert not azurite.is_running(ports)
+    leftovers = subprocess.run(["pgrep", "-f", f"upwell.devhost.*{os.getpid()}|--blobPort {ports[0]}"],
+                               capture_output=True, text=True).stdout.split()
+    assert leftovers == []

@@ -146,8 +146,10 @@ class Autoscaler:
             self._tell_jobs(spec.name, message or status.message)
         if decision.target != state.last_target or obs.backlog or decision.target != status.alive or message:
             self._record(spec.name, decision, obs, status, message)
-        log.info("autoscale.decision", pool=spec.name, target=decision.target, nodes=status.alive,
-                 visible=obs.visible, in_flight=obs.in_flight, reason=decision.reason)
+        idle = not obs.backlog and decision.target == status.alive == state.last_target
+        (log.debug if idle else log.info)("autoscale.decision", pool=spec.name, target=decision.target,
+                                          nodes=status.alive, visible=obs.visible, in_flight=obs.in_flight,
+                                          reason=decision.reason)
         return decision
 
     # -- storage of state and events ------------------------------------------------------

@@ -51,15 +51,24 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         stopping = True
 
     signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)  # the terminal closed: stop the children too, leave no orphans
     try:
         while not stopping and stack.alive():
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass
     finally:
-        console.print("[yellow]stopping[/] devhost, workers, Azurite ...")
+        _say("[yellow]stopping[/] devhost, workers, Azurite ...")
         stack.stop()
-        console.print("[green]stopped[/]")
+        _say("[green]stopped[/]")
+
+
+def _say(text: str) -> None:
+    """Print, unless the terminal is gone (SIGHUP): stopping the children matters more than the message."""
+    try:
+        console.print(text)
+    except OSError:
+        pass
 
 
 def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upload"),

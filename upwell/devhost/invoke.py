@@ -186,7 +186,9 @@ class Invoker:
         fields = {"function": spec.name, "trigger": spec.trigger_type, "invocation_id": invocation_id,
                   "duration_ms": round(duration * 1000, 1)}
         if error is None:
-            log.info("invocation", outcome="succeeded", **fields)
+            # A timer's successful ticks (every few seconds locally) would drown the log: debug level.
+            quiet = spec.trigger_type == "timerTrigger"
+            (log.debug if quiet else log.info)("invocation", outcome="succeeded", **fields)
         else:
             log.warning("invocation", outcome="failed", error=f"{type(error).__name__}: {error}",
                         exc_info=error, **fields)
