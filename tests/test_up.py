@@ -48,10 +48,28 @@ def _wait_ready(proc: subprocess.Popen, timeout: float = 60) -> str:
     raise AssertionError(f"upwell up did not get ready: {out.decode()[-2000:]}")
 
 
-def _stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
+def _stop(proc: subprocess.Popen, signum: int = signal.SIGINT) -> str:
+    proc.send_signal(signum)
+    try:
+        rest, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        _kill_leftovers(proc)
+        raise
     return rest.decode()
+
+
+def _kill_leftovers(proc: subprocess.Popen) -> None:
+    """After a failed stop, leave nothing running for the next test: `up`, and the children that it started
+    in their own sessions (they still hold its stdout)."""
+    proc.kill()
+    target = os.readlink(f"/proc/{os.getpid()}/fd/{proc.stdout.fileno()}")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd")) \
+                    and int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def test_third_party_upload_while_up_runs(tmp_path):
@@ -88,8 +106,7 @@ def test_closing_the_terminal_stops_every_child(tmp_path):
     proc = _up(tmp_path / "home", ports)
     _wait_ready(proc)
     assert azurite.is_running(ports)
-    proc.send_signal(signal.SIGHUP)
-    out = proc.communicate(timeout=60)[0].decode()
+    out = _stop(proc, signal.SIGHUP)
     assert proc.returncode == 0, out[-2000:]
     assert not azurite.is_running(ports)
     leftovers = subprocess.run(["pgrep", "-f", f"upwell.devhost.*{os.getpid()}|--blobPort {ports[0]}"],

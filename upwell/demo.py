@@ -25,8 +25,8 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
     stack = LocalStack(state, quiet=True)
     os.environ[names.CONNECTION] = stack.connection_string
     console.print("[bold]upwell demo[/]: starting Azurite and the local Functions host ...")
-    stack.start()
     try:
+        stack.start()
         rules, uploads = sample_uploads(samples)
         for r in push_rules(stack.storage, rules):
             console.print(f"  rule pipelines/{r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -37,26 +38,24 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
     from upwell.local import LocalStack
 
     stack = LocalStack(STATE, http_port=http_port, ports=(blob_port, queue_port, table_port))
-    stack.start_storage()
-    console.print(f"[green]storage[/] Azurite on 127.0.0.1:{blob_port}/{queue_port}/{table_port} "
-                  f"({'reused' if stack.azurite is None else 'started'}, data in {STATE / 'azurite'})")
-    stack.start_devhost()
-    console.print(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on http://127.0.0.1:{http_port}/api/jobs")
-    console.print("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "
-                  "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
-    stopping = False
-
-    def _stop(*_):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGHUP, _stop)  # the terminal closed: stop the children too, leave no orphans
+    stopping = threading.Event()
+    # Handlers before any child exists, and every child started inside try/finally: a Ctrl-C, a kill or a
+    # closed terminal at any moment, even during start-up, stops whatever was started.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stopping.set())
     try:
-        while not stopping and stack.alive():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
+        stack.start_storage()
+        _say(f"[green]storage[/] Azurite on 127.0.0.1:{blob_port}/{queue_port}/{table_port} "
+             f"({'reused' if stack.azurite is None else 'started'}, data in {STATE / 'azurite'})")
+        if stopping.is_set():
+            return
+        stack.start_devhost()
+        _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
+             f"http://127.0.0.1:{http_port}/api/jobs")
+        _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "
+             "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
+        while not stopping.is_set() and stack.alive():
+            stopping.wait(0.5)
     finally:
         _say("[yellow]stopping[/] devhost, workers, Azurite ...")
         stack.stop()
