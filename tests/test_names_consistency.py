@@ -225,7 +225,7 @@ def _violations(path: Path, text: str) -> list[str]:
         if len(value) >= 20 and value != AZURITE_KEY:
             found.append("an account key (AccountKey=...)")
     if LITERAL_SAS.search(text):
-        found.append("a SAS token (SharedAccessSignature=...)")
+        found.append("a SAS token (a SharedAccessSignature field)")
     if SAS_SIGNATURE.search(text):
         found.append("a SAS signature (sig=...)")
     for m in KEY_SHAPE.finditer(text):

@@ -11,7 +11,7 @@ import structlog
 
 _SECRETS = [
     (re.compile(r"(AccountKey=)[^;\s\"']+", re.I), r"\1***"),
-    (re.compile(r"(SharedAccessSignature=)[^;\s\"']+", re.I), r"\1***"),
+    (re.compile(r"(SharedAccessSignature\s*=\s*)[^;\s\"']+", re.I), r"\1***"),
     (re.compile(r"([?&]sig=)[^&\s\"']+", re.I), r"\1***"),
     (re.compile(r"(\"?(?:account_?key|password|client_secret)\"?\s*[:=]\s*\"?)[^\s\",;]+", re.I), r"\1***"),
 ]
