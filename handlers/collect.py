@@ -15,5 +15,5 @@ bp = func.Blueprint()
 @bp.blob_trigger(arg_name="blob", path=f"{names.RESULTS}/{{name}}", connection=names.CONNECTION,
                  source=func.BlobSource.EVENT_GRID)
 def collect(blob: func.InputStream) -> None:
-    name = blob.name.split("/", 1)[1] if blob.name.startswith(f"{names.RESULTS}/") else blob.name
+    name = context.blob_name(blob.name, names.RESULTS)
     collect_result(context.storage(), name)

@@ -29,3 +29,8 @@ def reset() -> None:
     """Forget the cached settings and clients (tests change the environment)."""
     settings.cache_clear()
     storage.cache_clear()
+
+
+def blob_name(full: str, container: str) -> str:
+    """'<container>/<name>' as the trigger gives it -> '<name>'."""
+    return full.split("/", 1)[1] if full.startswith(f"{container}/") else full

@@ -15,6 +15,6 @@ bp = func.Blueprint()
 @bp.blob_trigger(arg_name="blob", path=f"{names.INCOMING}/{{name}}", connection=names.CONNECTION,
                  source=func.BlobSource.EVENT_GRID)
 def ingest(blob: func.InputStream) -> None:
-    name = blob.name.split("/", 1)[1] if blob.name.startswith(f"{names.INCOMING}/") else blob.name
+    name = context.blob_name(blob.name, names.INCOMING)
     # Transient storage errors raise, so the host retries; bad input is quarantined inside.
     Ingestor(context.storage(), context.settings()).ingest(name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import asdict
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -18,7 +19,7 @@ from azure.data.tables import UpdateMode
 from upwell import logs, names, scaling
 from upwell.errors import BudgetExceeded, PoolError
 from upwell.ledger import Ledger
-from upwell.pools.base import PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
@@ -82,16 +83,19 @@ class Autoscaler:
             return {}
         try:
             decisions = {}
+            active = list(self.ledger.jobs(*ACTIVE))  # one scan of the job rows per run, not per pool
             for name, spec in self.settings.pools.items():
                 try:
-                    decisions[name] = self.adapt_pool(spec)
+                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.get("pool") == name])
                 except Exception as exc:  # noqa: BLE001 - one pool never stops the others
                     log.exception("autoscale.pool_failed", pool=name, error=str(exc)[:300])
             return decisions
         finally:
             self._lock.release()
 
-    def observe(self, spec: PoolSpec, status: PoolStatus, pool: WorkerPool | None = None) -> scaling.Observation:
+    def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[dict],
+                pool: WorkerPool | None = None) -> scaling.Observation:
+        """What the policy needs about one pool; ``jobs`` are the pool's active job rows."""
         queue = self.storage.queue(names.work_queue(spec.name))
         try:
             approx = queue.get_queue_properties().approximate_message_count or 0
@@ -103,7 +107,6 @@ class Autoscaler:
         visible = max(0, approx - in_flight)
         busy = {r.get("node") for r in running}
         payg, spot_price, cores, family = _prices(spec)
-        jobs = [j for j in self.ledger.jobs(*ACTIVE) if j.get("pool") == spec.name]
         quota = self._quota(pool)
         return scaling.Observation(
             visible=visible, in_flight=in_flight, nodes=status.alive,
@@ -115,7 +118,7 @@ class Autoscaler:
             quota_cores=quota.get("cores"),
             spot_quota_nodes=(quota["spot_cores"] // cores) if quota.get("spot_cores") is not None and cores else None,
             task_s=_task_s(jobs), boot_s=float(spec.options.get("boot_s", 2.0 if spec.backend == "local" else 360.0)),
-            interval_s=_interval_s(self.settings.scale_schedule), now=_epoch())
+            interval_s=_interval_s(self.settings.scale_schedule), now=time.time())
 
     @staticmethod
     def _quota(pool: WorkerPool | None) -> dict:
@@ -128,10 +131,10 @@ class Autoscaler:
             log.warning("autoscale.quota_unreadable", pool=pool.spec.name, error=str(exc)[:200])
             return {}
 
-    def adapt_pool(self, spec: PoolSpec) -> scaling.Decision:
+    def adapt_pool(self, spec: PoolSpec, jobs: list[dict]) -> scaling.Decision:
         pool = self.pool(spec)
         status = pool.status()
-        obs = self.observe(spec, status, pool)
+        obs = self.observe(spec, status, jobs, pool)
         state = self._load_state(spec.name)
         decision = scaling.decide(spec, obs, state)
         message = decision.message
@@ -143,7 +146,7 @@ class Autoscaler:
                 log.warning("autoscale.pool_error", pool=spec.name, kind=exc.kind.value, error=message)
         self._save_state(spec.name, decision.state)
         if message or status.message:
-            self._tell_jobs(spec.name, message or status.message)
+            self._tell_jobs(jobs, message or status.message)
         if decision.target != state.last_target or obs.backlog or decision.target != status.alive or message:
             self._record(spec.name, decision, obs, status, message)
         idle = not obs.backlog and decision.target == status.alive == state.last_target
@@ -167,14 +170,15 @@ class Autoscaler:
     def _record(self, pool: str, d: scaling.Decision, obs: scaling.Observation, status: PoolStatus,
                 message: str) -> None:
         self.table.upsert_entity({"PartitionKey": pool, "RowKey": now_iso(), "target": d.target,
-                                  "nodes": status.alive, "busy": status.count(*_busy()), "visible": obs.visible,
+                                  "nodes": status.alive, "busy": status.count(NodeState.RUNNING),
+                                  "visible": obs.visible,
                                   "in_flight": obs.in_flight, "reason": d.reason[:1000], "capped_by": d.capped_by,
                                   "spot": d.spot, "dedicated": d.dedicated, "message": message[:1000]})
 
-    def _tell_jobs(self, pool: str, message: str) -> None:
+    def _tell_jobs(self, jobs: list[dict], message: str) -> None:
         """Put a pool's shortfall (quota, capacity, budget) on the status of its active jobs."""
-        for job in self.ledger.jobs(*ACTIVE):
-            if job.get("pool") == pool and job.get("message") != message:
+        for job in jobs:
+            if job.get("message") != message:
                 self.ledger.update_job(job["PartitionKey"], message=message, message_at=now_iso())
 
 
@@ -201,14 +205,3 @@ def _task_s(jobs: list[dict]) -> float | None:
     estimates = [float(j["estimate_node_seconds_per_shard"]) for j in jobs if j.get("estimate_node_seconds_per_shard")]
     return sum(estimates) / len(estimates) if estimates else None
 
-
-def _busy():
-    from upwell.pools.base import NodeState
-
-    return (NodeState.RUNNING,)
-
-
-def _epoch() -> float:
-    import time
-
-    return time.time()

@@ -43,9 +43,6 @@ class Completion:
     job_status: str
 
 
-def _clean(entity: Any) -> dict:
-    return {k: v for k, v in dict(entity).items()}
-
 
 def _written(entity: Any) -> str:
     """The server's last-write time of an entity, as a sortable string."""
@@ -79,7 +76,7 @@ class Ledger:
     # -- reads -----------------------------------------------------------------
     def job(self, job_id: str) -> dict | None:
         try:
-            return _clean(self.table.get_entity(job_id, names.JOB_ROW))
+            return dict(self.table.get_entity(job_id, names.JOB_ROW))
         except ResourceNotFoundError:
             return None
         except AzureError as exc:
@@ -87,7 +84,7 @@ class Ledger:
 
     def shard(self, job_id: str, shard_id: str) -> dict | None:
         try:
-            return _clean(self.table.get_entity(job_id, shard_id))
+            return dict(self.table.get_entity(job_id, shard_id))
         except ResourceNotFoundError:
             return None
         except AzureError as exc:
@@ -96,7 +93,7 @@ class Ledger:
     def shards(self, job_id: str) -> list[dict]:
         rows = self.table.query_entities("PartitionKey eq @pk and RowKey ne @job",
                                          parameters={"pk": job_id, "job": names.JOB_ROW})
-        return [_clean(r) for r in rows]
+        return [dict(r) for r in rows]
 
     def jobs(self, *statuses: str) -> Iterator[dict]:
         flt = "RowKey eq @job"
@@ -106,7 +103,7 @@ class Ledger:
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
             params.update({f"s{i}": s for i, s in enumerate(statuses)})
         for row in self.table.query_entities(flt, parameters=params):
-            yield _clean(row)
+            yield dict(row)
 
     def active_shards(self, job_id: str) -> list[tuple[str, str]]:
         """(server write time, shard id) of the job's shards that an agent is working on now:
@@ -118,7 +115,7 @@ class Ledger:
     def running(self, pool: str) -> list[dict]:
         """Shard rows that are running on a pool (the ledger's in-flight count)."""
         rows = self.table.query_entities("status eq @s and pool eq @p", parameters={"s": "running", "p": pool})
-        return [_clean(r) for r in rows]
+        return [dict(r) for r in rows]
 
     # -- creation --------------------------------------------------------------
     def create_job(self, row: dict) -> tuple[dict, bool]:
@@ -156,7 +153,7 @@ class Ledger:
                 entity = self.table.get_entity(job_id, shard_id)
             except ResourceNotFoundError:
                 return None
-            fields = change(_clean(entity))
+            fields = change(dict(entity))
             if fields is None:
                 return None
             try:

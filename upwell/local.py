@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from upwell import azurite, names
@@ -104,11 +103,3 @@ class LocalStack:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def wait_for(predicate, timeout: float, interval: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return bool(predicate())

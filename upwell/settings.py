@@ -16,14 +16,6 @@ from upwell.errors import ConfigError
 from upwell.pools.base import PoolSpec
 
 
-def azurite_connection_string(host: str = "127.0.0.1", blob: int = 10000, queue: int = 10001,
-                              table: int = 10002) -> str:
-    """The Azurite development connection string with explicit endpoints."""
-    from upwell.azurite import connection_string
-
-    return connection_string(blob, queue, table, host=host)
-
-
 def _default_pools() -> dict[str, PoolSpec]:
     cores = os.cpu_count() or 2
     return {

@@ -76,9 +76,9 @@ class Storage:
         env = dict(os.environ if env is None else env)
         conn = connection if connection is not None else env.get(names.CONNECTION)
         if conn == "UseDevelopmentStorage=true":
-            from upwell.settings import azurite_connection_string
+            from upwell.azurite import connection_string
 
-            conn = azurite_connection_string()
+            conn = connection_string()
         if conn and conn != "identity":
             self.connection_string: str | None = conn
             self.blobs = BlobServiceClient.from_connection_string(conn)

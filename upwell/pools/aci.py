@@ -20,7 +20,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_aci as build
 from upwell.pools.azure_errors import translate
-from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import NodeState, PoolStatus
 from upwell.scaling import split
 
 log = logs.get("upwell.pools.aci")
@@ -28,7 +28,7 @@ _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
 _FINISHED = (NodeState.STOPPING, NodeState.FAILED)
 
 
-class AciPool(WorkerPool):
+class AciPool(az.ArmPool):
     translate_table = {
         "creating": NodeState.PENDING, "pending": NodeState.PENDING, "accepted": NodeState.PENDING,
         "waiting": NodeState.PENDING, "repairing": NodeState.PENDING, "running": NodeState.IDLE,
@@ -37,27 +37,10 @@ class AciPool(WorkerPool):
         "unknown": NodeState.UNKNOWN,
     }
 
-    def __init__(self, spec: PoolSpec, *, credential: Any = None, client: Any = None,
-                 client_kwargs: dict | None = None, busy_nodes: az.BusyNodes | None = None, **_ctx: Any):
-        super().__init__(spec)
-        self._credential = credential
-        self._client = client
-        self._kwargs = dict(client_kwargs or {})
-        self.busy_nodes = busy_nodes
-        self.pollers = az.Pollers(spec.name)
+    def _client_class(self) -> type:
+        from azure.mgmt.containerinstance import ContainerInstanceManagementClient
 
-    @property
-    def client(self):
-        if self._client is None:
-            from azure.mgmt.containerinstance import ContainerInstanceManagementClient
-
-            self._client = ContainerInstanceManagementClient(
-                az.credential(self._credential), str(az.opt(self.spec, "subscription_id")), **self._kwargs)
-        return self._client
-
-    @property
-    def rg(self) -> str:
-        return str(az.opt(self.spec, "resource_group"))
+        return ContainerInstanceManagementClient
 
     def _groups(self) -> list[tuple[Any, NodeState]]:
         """This pool's groups with their states (a GET fills in a missing instance view)."""
@@ -123,7 +106,3 @@ class AciPool(WorkerPool):
         return PoolStatus(self.spec.name, target=alive, nodes=nodes, spot=spot, dedicated=alive - spot,
                           message=str(error) if error else "")
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None

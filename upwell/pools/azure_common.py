@@ -15,7 +15,7 @@ from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec, WorkerPool
 
 _REQUIRED = object()
 ARM_SCOPE = "https://management.azure.com/.default"
@@ -182,3 +182,40 @@ class Pollers:
                 self.error = translate(exc, pool=self.pool, action=action)
         self.running = still
         return self.error
+
+
+class ArmPool(WorkerPool):
+    """A pool driven through one ARM management client (VMSS, ACI).
+
+    Keeps the credential, the lazily built client, the client settings, the ledger's
+    busy-node view and the pending long-running operations. Subclasses name their SDK
+    client in ``_client_class``.
+    """
+
+    def __init__(self, spec: PoolSpec, *, credential: Any = None, client: Any = None,
+                 client_kwargs: dict | None = None, busy_nodes: BusyNodes | None = None, **_ctx: Any):
+        super().__init__(spec)
+        self._credential = credential
+        self._client = client
+        self._kwargs = dict(client_kwargs or {})
+        self.busy_nodes = busy_nodes
+        self.pollers = Pollers(spec.name)
+
+    def _client_class(self) -> type:
+        raise NotImplementedError
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = self._client_class()(credential(self._credential), str(opt(self.spec, "subscription_id")),
+                                                **self._kwargs)
+        return self._client
+
+    @property
+    def rg(self) -> str:
+        return str(opt(self.spec, "resource_group"))
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

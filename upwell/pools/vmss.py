@@ -22,7 +22,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_vmss as build
 from upwell.pools.azure_errors import translate
-from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import NodeState, PoolStatus
 from upwell.scaling import split
 
 log = logs.get("upwell.pools.vmss")
@@ -30,7 +30,7 @@ _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
 _REMOVAL_ORDER = {NodeState.FAILED: 0, NodeState.UNKNOWN: 1, NodeState.PENDING: 2, NodeState.IDLE: 3}
 
 
-class VmssPool(WorkerPool):
+class VmssPool(az.ArmPool):
     translate_table = {
         "creating": NodeState.PENDING, "updating": NodeState.PENDING, "starting": NodeState.PENDING,
         "running": NodeState.IDLE, "stopping": NodeState.STOPPING, "stopped": NodeState.STOPPING,
@@ -38,27 +38,10 @@ class VmssPool(WorkerPool):
         "failed": NodeState.FAILED, "unknown": NodeState.UNKNOWN,
     }
 
-    def __init__(self, spec: PoolSpec, *, credential: Any = None, client: Any = None,
-                 client_kwargs: dict | None = None, busy_nodes: az.BusyNodes | None = None, **_ctx: Any):
-        super().__init__(spec)
-        self._credential = credential
-        self._client = client
-        self._kwargs = dict(client_kwargs or {})
-        self.busy_nodes = busy_nodes
-        self.pollers = az.Pollers(spec.name)
+    def _client_class(self) -> type:
+        from azure.mgmt.compute import ComputeManagementClient
 
-    @property
-    def client(self):
-        if self._client is None:
-            from azure.mgmt.compute import ComputeManagementClient
-
-            self._client = ComputeManagementClient(az.credential(self._credential),
-                                                   str(az.opt(self.spec, "subscription_id")), **self._kwargs)
-        return self._client
-
-    @property
-    def rg(self) -> str:
-        return str(az.opt(self.spec, "resource_group"))
+        return ComputeManagementClient
 
     # -- the contract -------------------------------------------------------------------
     def scale_to(self, n: int, *, spot: int | None = None) -> None:
@@ -168,7 +151,3 @@ class VmssPool(WorkerPool):
         return {"family": family, "cores": build.quota_free(usages, family) if family else None,
                 "spot_cores": build.quota_free(usages, "lowPriorityCores")}
 
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
