@@ -1,6 +1,6 @@
 """Scaling policies side by side: upwell's cost x makespan over each baseline's, per trace and seed.
 
-Runs the discrete-event simulation (upwell.simulate) for every shipped trace and
+Runs the discrete-event simulation (upwell.scale.simulate) for every shipped trace and
 several seeds, then prints, per trace, the ratio upwell / baseline of cost x
 makespan (below 1: upwell better), of cost and of makespan, with the spread over
 seeds. Also times ``scaling.decide`` against the bare ``scaling.target`` formula.
@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from upwell import scaling  # noqa: E402
-from upwell import simulate as sim  # noqa: E402
-from upwell.pools.base import PoolSpec  # noqa: E402
+from upwell.scale import simulate as sim  # noqa: E402
+from upwell.scale.pools.base import PoolSpec  # noqa: E402
 
 BASELINES = ("batch-formula", "keda", "keda-all")
 

@@ -7,7 +7,7 @@ import json
 import azure.functions as func
 
 from handlers import context
-from upwell.status import job_status, list_jobs
+from upwell.results.status import job_status, list_jobs
 
 bp = func.Blueprint()
 

@@ -6,7 +6,7 @@ import azure.functions as func
 
 from handlers import context
 from upwell import names
-from upwell.collect import collect as collect_result
+from upwell.results.collect import collect as collect_result
 
 bp = func.Blueprint()
 

@@ -6,7 +6,7 @@ import azure.functions as func
 
 from handlers import context
 from upwell import names
-from upwell.ingest import Ingestor
+from upwell.ingest.ingestor import Ingestor
 
 bp = func.Blueprint()
 

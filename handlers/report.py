@@ -8,7 +8,7 @@ import azure.functions as func
 
 from handlers import context
 from upwell import names
-from upwell.reporting import publish
+from upwell.results.publish import publish
 
 bp = func.Blueprint()
 

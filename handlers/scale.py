@@ -8,8 +8,8 @@ import azure.functions as func
 
 from handlers import context
 from upwell import logs
-from upwell.autoscale import Autoscaler
-from upwell.reporting import reconcile
+from upwell.results.publish import reconcile
+from upwell.scale.autoscaler import Autoscaler
 
 bp = func.Blueprint()
 log = logs.get("handlers.scale")

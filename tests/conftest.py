@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from upwell.azurite import Azurite, AzuriteError, start_on_free_ports
+from upwell.local.azurite import Azurite, AzuriteError, start_on_free_ports
 from upwell.names import CONNECTION
 
 REPO = Path(__file__).resolve().parent.parent

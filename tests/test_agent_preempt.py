@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from upwell import names
-from upwell.ingest import Ingestor
+from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.settings import Settings
 from upwell.storage import Storage

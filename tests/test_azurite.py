@@ -11,7 +11,7 @@ from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueClient
 
-from upwell.azurite import (
+from upwell.local.azurite import (
     ACCOUNT,
     Azurite,
     AzuriteError,

@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from upwell import names
-from upwell.azurite import ACCOUNT, ACCOUNT_KEY
-from upwell.ingest import Ingestor, job_id_for
+from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
+from upwell.local.azurite import ACCOUNT, ACCOUNT_KEY
 from upwell.settings import Settings
 from upwell.storage import Storage
 
@@ -283,7 +283,7 @@ DEVHOST_SUBSET = ["csv-empty", "csv-truncated-row", "csv-wrong-type", "csv-ragge
 def test_devhost_quarantines_and_keeps_running(store: Storage, azurite, tmp_path, monkeypatch):
     """The real function_app's ingest, driven by the devhost: every entry ends rejected (with its
     error and its bytes in quarantine) or accepted, and the host's threads are all alive after."""
-    from upwell.devhost.host import DevHost
+    from upwell.local.devhost.host import DevHost
 
     monkeypatch.setenv(names.CONNECTION, azurite.connection_string)
     monkeypatch.setenv("UPWELL_MAX_UPLOAD_BYTES", str(LIMITS["max_upload_bytes"]))

@@ -30,10 +30,10 @@ from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobServiceClient
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from upwell.azurite import REPO, Azurite
-from upwell.devhost import DevHost, HostConfig, MessageCodec, Settings, load_functions, load_local_settings
-from upwell.devhost.web import compile_route
 from upwell.errors import ConfigError
+from upwell.local.azurite import REPO, Azurite
+from upwell.local.devhost import DevHost, HostConfig, MessageCodec, Settings, load_functions, load_local_settings
+from upwell.local.devhost.web import compile_route
 from upwell.names import BLOB_POISON_QUEUE, HOST_RECEIPTS
 
 # --- the test app ---------------------------------------------------------------------------
@@ -565,7 +565,7 @@ def test_the_command_line_runs_an_app_until_sigterm(azurite: Azurite, tmp_path: 
     (tmp_path / "local.settings.json").write_text(json.dumps({"Values": {
         "AzureWebJobsStorage": azurite.connection_string}}))
     env = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage"} | {"PYTHONPATH": str(REPO)}
-    process = subprocess.Popen([sys.executable, "-m", "upwell.devhost", "--script-root", str(tmp_path),
+    process = subprocess.Popen([sys.executable, "-m", "upwell.local.devhost", "--script-root", str(tmp_path),
                                 "--no-http", "--host-id", f"cli-{tag}"], env=env, cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from upwell.figures import Section, sections_for
-from upwell.figures.heat import observed_order
+from upwell.results.figures import Section, sections_for
+from upwell.results.figures.heat import observed_order
 
 PNG = b"\x89PNG\r\n\x1a\n"
 FAILED = {"shard_id": "broken", "payload": "x", "status": "failed", "metrics": None, "artifacts": {}}

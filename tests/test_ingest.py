@@ -7,12 +7,12 @@ import pytest
 
 from upwell import names
 from upwell.errors import InputRejected
-from upwell.ingest import Ingestor, check_name, job_id_for
+from upwell.ingest.ingestor import Ingestor, check_name, job_id_for
+from upwell.ingest.submit import push_rules, submit
 from upwell.ledger import Ledger
 from upwell.messages import decode
 from upwell.settings import Settings
 from upwell.storage import Storage
-from upwell.submit import push_rules, submit
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -118,7 +118,7 @@ def test_bad_names_refused(name):
 def test_unusable_input_is_failed_once_not_retried(store, tmp_path):
     """A payload that exits 65 (EX_DATAERR) names the problem; the agent fails the shard at once, poisons the
     message, and collect counts it, with the attempt on the shard row's history."""
-    from upwell.collect import collect
+    from upwell.results.collect import collect
     from workers.agent import Agent, AgentConfig
 
     store.blob(names.INCOMING, "perm/data/values.csv").upload_blob(b"time,a\n1,x\n2,y\n", overwrite=True)

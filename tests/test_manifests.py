@@ -5,7 +5,7 @@ import json
 import pytest
 
 from upwell.errors import InputRejected
-from upwell.manifests import grid_points, load_manifest, load_rule
+from upwell.ingest.manifests import grid_points, load_manifest, load_rule
 
 
 def _m(**kw):

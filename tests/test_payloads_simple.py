@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from upwell.figures.channel_stats import pool
 from upwell.messages import WorkItem
+from upwell.results.figures.channel_stats import pool
 from workers.launch import run_payload
 from workers.payloads import common
 from workers.payloads.logistic import iterate, period
@@ -98,7 +98,8 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
 def test_sample_manifests_validate_point_by_point(sample):
     from pathlib import Path
 
-    from upwell import manifests, registry
+    from upwell import registry
+    from upwell.ingest import manifests
 
     path = Path(__file__).resolve().parent.parent / sample
     manifest = manifests.load_manifest(path.read_bytes(), sample)

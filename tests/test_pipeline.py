@@ -10,7 +10,7 @@ import pytest
 
 from tests.pipeline_helpers import kill, live_worker_pids, pipeline_env, running_host, wait_reported
 from upwell import names
-from upwell.ingest import job_id_for
+from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import Ledger
 from upwell.storage import Storage
 
@@ -95,7 +95,7 @@ def test_same_upload_delivered_twice_through_handler_is_one_job(store, azurite, 
     """Call the real ingest function twice with an azure.functions InputStream (a redelivery)."""
     import azure.functions as func
 
-    from upwell.devhost.app import load_functions
+    from upwell.local.devhost.app import load_functions
 
     pipeline_env(monkeypatch, azurite.connection_string, tmp_path)
     ingest = {s.name: s for s in load_functions("function_app:app")}["ingest"].func

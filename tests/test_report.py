@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from upwell import cost
-from upwell.report import build_report
-from upwell.report.model import merge
-from upwell.report.summary import tail
+from upwell.results.report import build_report
+from upwell.results.report.model import merge
+from upwell.results.report.summary import tail
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 JOB = "job-5f3a"
@@ -182,7 +182,7 @@ def test_all_failed_missing_fields_and_huge_stderr(job_data):
 
 
 def test_failing_figures_module_does_not_cost_the_report(job_data, monkeypatch):
-    import upwell.report as report
+    import upwell.results.report as report
 
     def boom(results, fetch):
         raise RuntimeError("no <artifact>")
@@ -194,8 +194,8 @@ def test_failing_figures_module_does_not_cost_the_report(job_data, monkeypatch):
 
 
 def test_payload_sections_are_embedded_with_their_tables(job_data, monkeypatch):
-    import upwell.report as report
-    from upwell.figures import Figure, Section, Table
+    import upwell.results.report as report
+    from upwell.results.figures import Figure, Section, Table
 
     png = build_report(*job_data, fetch)["figures/timeline.png"]
     seen = {}

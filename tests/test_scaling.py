@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from upwell.pools.base import PoolSpec
-from upwell.scaling import (
+from upwell.scale.policy import (
     Decision,
     Observation,
     PolicyState,
@@ -20,6 +19,7 @@ from upwell.scaling import (
     split,
     target,
 )
+from upwell.scale.pools.base import PoolSpec
 
 SPEC = PoolSpec("cpu", max_nodes=20, max_step=10, scale_down_votes=3, cooldown_s=120, activation_threshold=1)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upwell import logs, manifests, names
-from upwell.azurite import ACCOUNT, ACCOUNT_KEY
+from upwell import logs, names
 from upwell.errors import DecodeError, InputRejected
-from upwell.ingest import Ingestor
+from upwell.ingest.ingestor import Ingestor, manifests
+from upwell.local.azurite import ACCOUNT, ACCOUNT_KEY
 from upwell.messages import WorkItem, decode, encode
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -127,7 +127,7 @@ def _agent(store: Storage, scratch: Path):
 @pytest.mark.integration
 def test_checkpoint_names_cannot_escape_the_work_dir(store, azurite, tmp_path):
     """Hostile blob names under a shard's checkpoint prefix are refused when staging in."""
-    from upwell.ingest import _DotSegments
+    from upwell.ingest.ingestor import _DotSegments
 
     job = f"sec-{os.getpid()}"
     prefix = f"{job}/s00001/"
@@ -244,7 +244,7 @@ def test_no_unsafe_yaml_loader_in_the_code():
 
 def test_http_functions_require_a_function_key():
     """The bindings the Functions host reads: authLevel FUNCTION on every HTTP trigger."""
-    from upwell.devhost.app import load_functions
+    from upwell.local.devhost.app import load_functions
 
     http = [s for s in load_functions("function_app:app") if s.trigger_type == "httpTrigger"]
     assert http and {s.name: s.trigger["authLevel"] for s in http} == {s.name: "FUNCTION" for s in http}
@@ -259,7 +259,7 @@ def _addresses() -> list[str]:
 
 
 def test_the_devhost_listens_on_loopback_only():
-    from upwell.devhost import DevHost
+    from upwell.local.devhost import DevHost
 
     host = DevHost("function_app:app", connection_string="UseDevelopmentStorage=true", port=0,
                    host_json=REPO / "host.json", functions=["jobs", "job"])

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from upwell.errors import InputRejected
-from upwell.sharding import _RowText, shard_csv
+from upwell.ingest.sharding import _RowText, shard_csv
 
 
 def _csv(rows, header=("time", "a", "b"), newline="\n"):

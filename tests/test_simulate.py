@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from upwell import simulate as sim
-from upwell.simulate_policies import BatchFormulaPolicy, KedaPolicy, pool_spec
+from upwell.scale import simulate as sim
+from upwell.scale.baselines import BatchFormulaPolicy, KedaPolicy, pool_spec
 
 
 def trace(**kw) -> sim.Trace:

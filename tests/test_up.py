@@ -15,9 +15,9 @@ import pytest
 
 from tests.pipeline_helpers import POOLS, live_worker_pids, wait_reported
 from tests.thirdparty_put import put_blob
-from upwell import azurite
-from upwell.ingest import job_id_for
+from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import Ledger
+from upwell.local import azurite
 from upwell.storage import Storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -109,6 +109,6 @@ def test_closing_the_terminal_stops_every_child(tmp_path):
     out = _stop(proc, signal.SIGHUP)
     assert proc.returncode == 0, out[-2000:]
     assert not azurite.is_running(ports)
-    leftovers = subprocess.run(["pgrep", "-f", f"upwell.devhost.*{os.getpid()}|--blobPort {ports[0]}"],
+    leftovers = subprocess.run(["pgrep", "-f", f"upwell.local.devhost.*{os.getpid()}|--blobPort {ports[0]}"],
                                capture_output=True, text=True).stdout.split()
     assert leftovers == []

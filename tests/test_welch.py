@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.signal import welch
 
-from upwell.figures.welch import aggregate
 from upwell.messages import WorkItem
+from upwell.results.figures.welch import aggregate
 from workers.launch import run_payload
 from workers.payloads.welch import spectrum
 

@@ -9,9 +9,11 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from upwell import REPO
+
 PACKAGES = ("upwell", "numpy", "scipy", "torch", "mpi4py", "scikit-learn", "pyarrow", "azure-storage-blob",
             "azure-storage-queue", "azure-data-tables", "azure-functions")
-REPO = Path(__file__).resolve().parent.parent
+REPO = REPO
 
 
 @functools.cache

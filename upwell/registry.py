@@ -22,7 +22,7 @@ class PayloadSpec:
     params: type[P.Params]
     needs_input: bool = False  # True: the shard carries a data blob
     image: str = "cpu"  # key into the image allowlist: "cpu" | "gpu"
-    aggregate: str = ""  # report section that aggregates shards (see upwell.figures)
+    aggregate: str = ""  # report section that aggregates shards (see upwell.results.figures)
 
 
 PAYLOADS: dict[str, PayloadSpec] = {

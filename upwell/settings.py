@@ -13,7 +13,7 @@ from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.pools.base import PoolSpec
+from upwell.scale.pools.base import PoolSpec
 
 
 def _default_pools() -> dict[str, PoolSpec]:

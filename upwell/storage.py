@@ -76,7 +76,7 @@ class Storage:
         env = dict(os.environ if env is None else env)
         conn = connection if connection is not None else env.get(names.CONNECTION)
         if conn == "UseDevelopmentStorage=true":
-            from upwell.azurite import connection_string
+            from upwell.local.azurite import connection_string
 
             conn = connection_string()
         if conn and conn != "identity":

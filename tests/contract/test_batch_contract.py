@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from upwell.errors import PoolError, PoolErrorKind
-from upwell.pools import make_pool
-from upwell.pools.base import NodeState, PoolSpec
-from upwell.pools.build_batch import mpi_task
+from upwell.scale.pools import make_pool
+from upwell.scale.pools.base import NodeState, PoolSpec
+from upwell.scale.pools.build_batch import mpi_task
 
 pytestmark = pytest.mark.contract
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.contract.test_batch_contract import ARM_POOL, A, R, spec
-from upwell.autoscale import Autoscaler
 from upwell.ledger import Ledger
+from upwell.results.status import job_status
+from upwell.scale.autoscaler import Autoscaler
 from upwell.settings import Settings
-from upwell.status import job_status
 from upwell.storage import Storage
 
 pytestmark = [pytest.mark.contract, pytest.mark.integration]

@@ -9,8 +9,8 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 
 from upwell.errors import PoolError, PoolErrorKind
-from upwell.pools import make_pool
-from upwell.pools.base import NodeState, PoolSpec
+from upwell.scale.pools import make_pool
+from upwell.scale.pools.base import NodeState, PoolSpec
 
 pytestmark = pytest.mark.contract
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults import harness
-from upwell.azurite import AzuriteError
+from upwell.local.azurite import AzuriteError
 
 COLUMNS = ("fault", "shards", "kills", "duplicates", "restarts", "preemptions", "retries", "poisoned", "lost",
            "seconds")

@@ -25,9 +25,9 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from tests.pipeline_helpers import live_worker_pids
 from upwell import names
-from upwell.azurite import Azurite, free_ports
-from upwell.ingest import job_id_for
+from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import Ledger
+from upwell.local.azurite import Azurite, free_ports
 from upwell.messages import decode
 from upwell.storage import Storage
 
@@ -122,7 +122,7 @@ def apply_env(monkeypatch, env: dict[str, str]) -> None:
 @contextmanager
 def in_process_host(stack: Stack):
     """The devhost in this process, driving function_app; on exit every local worker is closed."""
-    from upwell.devhost.host import DevHost
+    from upwell.local.devhost.host import DevHost
 
     host = DevHost("function_app:app", connection_string=stack.azurite.connection_string,
                    host_json=REPO / "host.json", poll_interval=0.3, port=0, script_root=REPO, shutdown_grace=10)
@@ -135,7 +135,7 @@ def in_process_host(stack: Stack):
 
 
 class HostProcess:
-    """``python -m upwell.devhost`` as a child process, so that it can be killed with SIGKILL."""
+    """``python -m upwell.local.devhost`` as a child process, so that it can be killed with SIGKILL."""
 
     def __init__(self, stack: Stack):
         self.stack = stack
@@ -146,7 +146,7 @@ class HostProcess:
         env = {**os.environ, **self.stack.env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "upwell.devhost", "--app", "function_app:app", "--host-json",
+                [sys.executable, "-m", "upwell.local.devhost", "--app", "function_app:app", "--host-json",
                  str(REPO / "host.json"), "--port", "0", "--poll-interval", "0.3", "--shutdown-grace", "5"],
                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
@@ -168,7 +168,7 @@ class HostProcess:
 
 
 def close_workers(stack: Stack) -> None:
-    from upwell.pools.local import LocalPool
+    from upwell.scale.pools.process import LocalPool
     from upwell.settings import Settings
 
     for spec in Settings.from_env(stack.env).pools.values():

@@ -83,7 +83,7 @@ def test_duplicated_messages(stack):
     report message and a second delivery of the upload: each shard still counts once, one report."""
     import azure.functions as func
 
-    from upwell.devhost.app import load_functions
+    from upwell.local.devhost.app import load_functions
 
     with harness.recorded("duplicate deliveries", shards=SHARDS) as counts:
         storage = stack.storage

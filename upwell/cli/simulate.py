@@ -25,8 +25,8 @@ def simulate(
     plots: bool = typer.Option(True, "--plots/--no-plots", help="write pool size vs backlog plots"),
 ) -> None:
     """Simulate a pool under workload traces and compare scaling policies side by side."""
-    from upwell import simulate as sim
     from upwell.errors import UpwellError
+    from upwell.scale import simulate as sim
 
     try:
         loaded = [sim.load_trace(t) for t in (traces or sim.DEFAULT_TRACES)]

@@ -3,7 +3,7 @@
 The CSV has a header; ``time_column`` (if present) is skipped, every other column
 is a channel of numbers. Empty cells and non-finite values are counted as
 ``missing``. Blocks are combined with Chan's pairwise update, so the statistics
-of several shards pool exactly (see ``upwell.figures.channel_stats``).
+of several shards pool exactly (see ``upwell.results.figures.channel_stats``).
 Metrics: rows, channels (names), stats {channel: {count, mean, std, min, max, missing}}.
 """
 

@@ -2,7 +2,7 @@
 
 Writes ``out/psd.npz``: freqs (nf,), psd (channels, nf), n_segments (channels,),
 channels (names), fs, nperseg, noverlap. Shards are combined by a mean weighted
-by segment count (``upwell.figures.welch.aggregate``); that equals Welch on the
+by segment count (``upwell.results.figures.welch.aggregate``); that equals Welch on the
 whole file exactly when consecutive shards overlap by ``nperseg - step`` rows
 and start on multiples of ``step = nperseg - noverlap`` (see the README).
 A shard shorter than ``nperseg`` has no segments and weight 0.

@@ -1,0 +1,351 @@
+"""Ingest: validate an upload, shard it, write the ledger, enqueue one work item per shard.
+
+Idempotent: the job id is derived from the blob's name and ETag, so a second
+delivery of the same upload finds its job and only finishes what a crashed first
+delivery left undone. Bad input is copied to quarantine/ beside an error file and
+recorded in the ledger as a rejected job; nothing is deleted without a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core.exceptions import ResourceNotFoundError
+from azure.core.pipeline.transport import RequestsTransport
+from azure.storage.queue import QueueClient
+
+from upwell import logs, names, registry
+from upwell.errors import InputRejected
+from upwell.ingest import manifests
+from upwell.ingest.sharding import shard_csv, shard_parquet
+from upwell.ledger import Ledger
+from upwell.messages import WorkItem, encode
+from upwell.settings import Settings
+from upwell.storage import Storage
+from upwell.timeutil import now_iso
+
+MAX_NAME = 1024
+MANIFEST_NAMES = ("job.yaml", "job.yml", "job.json")
+INPUT_FOLDER = "data"  # incoming/<x>/data/... are a manifest's inputs, never jobs themselves
+ERROR_SUFFIX = ".error.json"
+# Archives and compressed files are refused by name (and by content in manifests and sharding):
+# upwell shards what it can see, and an archive would hide the files, their sizes and names.
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tgz", ".tar.gz", ".gz", ".bz2", ".tbz2", ".xz", ".txz", ".7z", ".rar",
+                    ".zst", ".lz4", ".lzma", ".z", ".jar", ".whl")
+
+log = logs.get("upwell.ingest.ingestor")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job_id: str
+    status: str  # "accepted" | "duplicate" | "rejected" | "skipped"
+    shards: int = 0
+    message: str = ""
+
+
+def check_name(name: str) -> None:
+    """Refuse path names with '..', absolute paths, control characters or excessive length."""
+    if len(name) > MAX_NAME:
+        raise InputRejected(f"blob name is {len(name)} characters; the limit is {MAX_NAME}", field="name",
+                            limit=f"max_name={MAX_NAME}")
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", name):
+        raise InputRejected(f"blob name {name[:80]!r} is an absolute path", field="name")
+    if any(part == ".." for part in re.split(r"[\\/]", name)):
+        raise InputRejected(f"blob name {name[:80]!r} contains '..'", field="name")
+    if any(part == "." for part in re.split(r"[\\/]", name)):
+        raise InputRejected(f"blob name {name[:80]!r} contains a '.' path segment", field="name")
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise InputRejected(f"blob name {name[:80]!r} contains control characters", field="name")
+    if name.lower().endswith(ARCHIVE_SUFFIXES):
+        raise InputRejected(f"{name.rsplit('/', 1)[-1][:80]!r} is an archive; archives are not accepted: upload the "
+                            "files themselves (uncompressed)", field="name")
+
+
+def job_id_for(name: str, etag: str) -> str:
+    """Deterministic: '<slug of the name>-<12 hex of sha256(name, etag)>'."""
+    digest = hashlib.sha256(f"{name}\n{etag}".encode()).hexdigest()[:12]
+    stem = name.rsplit("/", 2)
+    label = stem[-2] if stem[-1] in MANIFEST_NAMES and len(stem) > 1 else stem[-1].rsplit(".", 1)[0]
+    slug = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:40] or "job"
+    return f"{slug}-{digest}"
+
+
+def is_manifest(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return base in MANIFEST_NAMES or base.endswith((".job.yaml", ".job.yml", ".job.json"))
+
+
+def is_manifest_input(name: str) -> bool:
+    return f"/{INPUT_FOLDER}/" in f"/{name}"
+
+
+class Ingestor:
+    """Ingests one incoming blob. Keeps handles to storage, the ledger and settings."""
+
+    def __init__(self, storage: Storage, settings: Settings, ledger: Ledger | None = None):
+        self.storage = storage
+        self.settings = settings
+        self.ledger = ledger or Ledger(storage)
+
+    def incoming(self, name: str):
+        """The client of incoming/<name>. A name with '.' or '..' segments (stored as is when an upload
+        sent them percent-encoded) needs them kept encoded on the wire: the HTTP stack would resolve
+        them and address another blob (or fail the signature), and the upload could never be moved."""
+        if not _dot_segments(name):
+            return self.storage.blob(names.INCOMING, name)
+        from azure.storage.blob import BlobClient
+
+        svc = self.storage.blobs
+        return BlobClient(svc.url, names.INCOMING, name, credential=svc.credential, transport=_DotSegments())
+
+    def ingest(self, name: str) -> Outcome:
+        """Ingest incoming/<name>. Raises only transient errors (so the host redelivers)."""
+        blob = self.incoming(name)
+        try:
+            props = blob.get_blob_properties()
+        except ResourceNotFoundError:
+            return Outcome("", "skipped", message=f"incoming/{name} is gone")
+        job_id = job_id_for(name, props.etag)
+        bound = log.bind(job_id=job_id, blob=f"{names.INCOMING}/{name}")
+        try:
+            check_name(name)
+            if is_manifest_input(name) and not is_manifest(name):
+                bound.info("ingest.input_for_manifest")
+                return Outcome(job_id, "skipped", message="input of a manifest")
+            if props.size > self.settings.max_upload_bytes:
+                raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
+                                    field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
+            existing = self.ledger.job(job_id)
+            if existing and existing.get("status") not in ("ingesting",):
+                bound.info("ingest.duplicate", status=existing.get("status"))
+                return Outcome(job_id, "duplicate", int(existing.get("shards_total") or 0))
+            try:
+                if is_manifest(name):
+                    return self._manifest(job_id, name, props, bound)
+                return self._instrument(job_id, name, props, bound)
+            except (ValueError, RecursionError) as exc:  # the input broke a parser: still bad input
+                bound.exception("ingest.unreadable")
+                raise InputRejected(f"incoming/{name[:200]} cannot be read: {type(exc).__name__}: "
+                                    f"{str(exc)[:300]}", field="document") from None
+        except InputRejected as exc:
+            exc.source = exc.source or f"{names.INCOMING}/{name}"
+            self.quarantine(job_id, name, props.etag, exc)
+            bound.warning("ingest.rejected", error=exc.message, field=exc.field, row=exc.row)
+            return Outcome(job_id, "rejected", message=exc.message)
+
+    # -- manifests ---------------------------------------------------------------
+    def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:
+        data = self.storage.read(f"{names.INCOMING}/{name}")
+        m = manifests.load_manifest(data, f"{names.INCOMING}/{name}")
+        spec = registry.get(m.payload)
+        pool = m.pool or spec.pool
+        self._check_pool(pool, "pool")
+        if m.image and m.image not in self.settings.image_allowlist:
+            raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
+                                field="image")
+        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(data))
+        if m.data:
+            shards = list(self._shard_data_refs(job_id, name, m, spec))
+        else:
+            points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes)
+            shards = [(f"s{i:05d}", p, None, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
+                      for i, p in enumerate(points)]
+        return self._dispatch(job, shards, spec, m.resources, bound)
+
+    def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
+        folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
+        index = 0
+        for i, ref in enumerate(m.data):
+            try:
+                check_name(ref)
+            except InputRejected as exc:
+                raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
+            local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
+            path = ref if ref.startswith(f"{names.INCOMING}/") else local
+            for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+                params = dict(m.params)
+                spec.params.model_validate(params)
+                blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
+                self.storage.write(blob_path, shard.data)
+                yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
+                index += 1
+
+    # -- instrument drops ----------------------------------------------------------
+    def _instrument(self, job_id: str, name: str, props, bound) -> Outcome:
+        rule = self.match_rule(name)
+        spec = registry.get(rule.payload)
+        pool = rule.pool or spec.pool
+        self._check_pool(pool, "pool")
+        spec.params.model_validate(rule.params)
+        m = manifests.Manifest(name=f"{rule.name or 'rule'}: {name}", payload=rule.payload, pool=pool,
+                               params=rule.params, shard=rule.shard, estimate=rule.estimate,
+                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
+        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()))
+        shards = []
+        for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
+            blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
+            self.storage.write(blob_path, shard.data)
+            shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path, hashlib.sha256(shard.data).hexdigest()))
+        return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+
+    def match_rule(self, name: str) -> manifests.PipelineRule:
+        rules = []
+        for item in self.storage.list(names.PIPELINES):
+            if not item.name.endswith((".yaml", ".yml", ".json")):
+                continue
+            try:
+                rule = manifests.load_rule(self.storage.read(f"{names.PIPELINES}/{item.name}"),
+                                           f"{names.PIPELINES}/{item.name}")
+            except InputRejected as exc:
+                log.warning("ingest.bad_rule", rule=item.name, error=exc.message)
+                continue
+            rules.append(rule)
+            if rule.matches(name):
+                return rule
+        known = ", ".join(r.match for r in rules) or "none"
+        raise InputRejected(f"no pipeline rule matches incoming/{name} (rules: {known}), and it is not a job "
+                            f"manifest (job.yaml / job.json)", field="name")
+
+    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = ""):
+        fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
+        limit = self.settings.max_shards
+        container, blob_name = path.split("/", 1)
+        try:
+            downloader = self.storage.blob(container, blob_name).download_blob()
+        except ResourceNotFoundError:
+            raise InputRejected(f"data blob {path} does not exist", field="data") from None
+        if fmt == "parquet":
+            with tempfile.NamedTemporaryFile(suffix=".parquet") as tmp:
+                for chunk in downloader.chunks():
+                    tmp.write(chunk)
+                tmp.flush()
+                yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
+                                         columns=columns, max_shards=limit)
+            return
+        yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
+                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit)
+
+    # -- ledger and queue -------------------------------------------------------------
+    def _check_pool(self, pool: str, field: str) -> None:
+        if pool not in self.settings.pools:
+            raise InputRejected(f"pool {pool!r} is not configured; pools: {sorted(self.settings.pools)}",
+                                field=field)
+
+    def _job_row(self, job_id, name, etag, m: manifests.Manifest, pool: str, mhash: str) -> dict[str, Any]:
+        pspec = self.settings.pools[pool]
+        return {"job_id": job_id, "name": m.name or name, "description": m.description, "status": "ingesting",
+                "payload": m.payload, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
+                "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
+                "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
+                "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
+                "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
+                "code_version": self.settings.code_version}
+
+    def _dispatch(self, job: dict, shards: list[tuple], spec, resources, bound) -> Outcome:
+        job_id = job["job_id"]
+        if not shards:
+            raise InputRejected("the job has no shards", field="grid")
+        if len(shards) > self.settings.max_shards:
+            raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
+                                field="shard", limit=f"max_shards={self.settings.max_shards}")
+        est_ns = job["estimate_node_seconds_per_shard"] * len(shards) * max(1, resources.ranks // 2 or 1)
+        est_usd = _estimate(est_ns, job["price_key"], job["spot"])
+        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd)
+        if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
+            raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
+                                f"exceeds the budget ${job['budget_usd']:.2f}", field="budget_usd",
+                                limit=f"budget_usd={job['budget_usd']}")
+        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.name, pool=job["pool"], params=params,
+                          input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
+                          result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
+                          gpus=resources.gpus) for sid, params, blob, _ in shards]
+        texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
+        self.ledger.create_job(job)
+        now = now_iso()
+        self.ledger.add_shards(job_id, [
+            {"shard_id": sid, "status": "queued", "attempts": 0, "preemptions": 0, "queued_at": now,
+             "pool": job["pool"], "params": json.dumps(params, sort_keys=True), "input_blob": blob or "",
+             "input_sha256": digest, "result_blob": f"{names.RESULTS}/{job_id}/{sid}.json"}
+            for sid, params, blob, digest in shards])
+        queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
+        for text in texts:
+            queue.send_message(text)
+        self.ledger.update_job(job_id, status="accepted", accepted_at=now_iso())
+        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.name,
+                   estimate_usd=round(est_usd, 4))
+        return Outcome(job_id, "accepted", len(items))
+
+    # -- quarantine ---------------------------------------------------------------------
+    def quarantine(self, job_id: str, name: str, etag: str, exc: InputRejected) -> None:
+        """Copy the upload to quarantine/<name> beside <name>.error.json, then remove the original."""
+        fits = len(name) + len(ERROR_SUFFIX) <= MAX_NAME
+        safe = name if _printable(name) and fits else f"rejected/{job_id}"
+        error = {**exc.to_dict(), "job_id": job_id, "blob": f"{names.INCOMING}/{name!r}"[:2000],
+                 "etag": etag, "rejected_at": now_iso()}
+        src = self.incoming(name)
+        try:
+            downloader = src.download_blob(etag=etag, match_condition=_if_match())
+            self.storage.blob(names.QUARANTINE, safe).upload_blob(downloader.chunks(), overwrite=True,
+                                                                  metadata={"source_etag": etag.strip('"')})
+        except ResourceNotFoundError:
+            pass  # already moved by an earlier delivery
+        self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
+                           content_type="application/json")
+        self.ledger.create_job({"job_id": job_id, "name": name[:200], "status": "rejected", "message": exc.message,
+                                "error_field": exc.field, "error_row": exc.row,
+                                "source_blob": f"incoming/{name}"[:1000],
+                                "quarantine_blob": f"{names.QUARANTINE}/{safe}", "created_at": now_iso(),
+                                "shards_total": 0, "shards_done": 0, "shards_failed": 0})
+        self.ledger.update_job(job_id, status="rejected", message=exc.message)
+        try:
+            src.delete_blob(etag=etag, match_condition=_if_match())
+        except Exception as err:  # noqa: BLE001 - a newer upload under the same name stays
+            log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
+
+
+def _if_match():
+    from azure.core import MatchConditions
+
+    return MatchConditions.IfNotModified
+
+
+def _printable(name: str) -> bool:
+    return not any(unicodedata.category(c) == "Cc" for c in name) and not _dot_segments(name) \
+        and not name.startswith("/")
+
+
+def _dot_segments(name: str) -> bool:
+    return any(part in (".", "..") for part in name.split("/"))
+
+
+def _encode_dot_segments(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    path = "/".join({"..": "%2E%2E", ".": "%2E"}.get(seg, seg) for seg in parts.path.split("/"))
+    return urlunsplit(parts._replace(path=path))
+
+
+class _DotSegments(RequestsTransport):
+    """Sends '.' and '..' path segments percent-encoded. It acts after the request is signed, so a
+    SharedKey signature covers the name as stored and the HTTP stack cannot resolve the segments."""
+
+    def send(self, request, **kwargs):
+        request.url = _encode_dot_segments(request.url)
+        return super().send(request, **kwargs)
+
+
+def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
+    try:
+        from upwell import cost
+
+        return float(cost.estimate(node_seconds, price_key, spot))
+    except Exception:  # noqa: BLE001 - an unknown price key estimates as 0 and says so in the report
+        return 0.0

@@ -1,0 +1,243 @@
+"""Job manifests and pipeline rules, validated with pydantic.
+
+Errors name the field (``grid.r[3]``), the row, or the limit that failed.
+YAML is parsed with the safe loader only, and alias bombs are refused.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fnmatch
+import hashlib
+import itertools
+import json
+import math
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from upwell import registry
+from upwell.errors import InputRejected
+from upwell.ingest.sharding import archive_kind
+
+MAX_ALIASES = 100
+MAX_DOCUMENT_BYTES = 1 << 20  # a manifest or rule; data goes in data blobs, not in the document
+MAX_NODES = 100_000  # values in the document once aliases are expanded (a billion-laughs guard)
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ranks: int = Field(1, ge=1, le=1024)
+    gpus: int = Field(0, ge=0, le=16)
+
+
+class Estimate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node_seconds_per_shard: float = Field(10.0, gt=0, le=30 * 24 * 3600)
+
+
+class ShardRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    rows: int | None = Field(None, ge=1, le=10_000_000)
+    bytes: int | None = Field(None, ge=1024, le=1 << 34)
+
+
+class Manifest(BaseModel):
+    """A job manifest: a payload, a pool, a parameter grid or data blobs, resources, cost limits."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field("", max_length=200)
+    description: str = Field("", max_length=4000)
+    payload: str
+    pool: str | None = None
+    image: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] = Field(default_factory=dict)
+    data: list[str] = Field(default_factory=list, max_length=1000)
+    shard: ShardRule = ShardRule(rows=1000)
+    resources: Resources = Resources()
+    estimate: Estimate = Estimate()
+    budget_usd: float | None = Field(None, ge=0)
+    spot: bool = False
+    max_concurrency: int = Field(0, ge=0, le=100_000)  # running shards at once; 0: no cap of its own
+
+    @field_validator("payload")
+    @classmethod
+    def _known_payload(cls, v: str) -> str:
+        if v not in registry.PAYLOADS:
+            raise ValueError(f"unknown payload {v!r}; registered: {sorted(registry.PAYLOADS)}")
+        return v
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_lists(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in v.items():
+            if not values:
+                raise ValueError(f"grid.{key} is empty")
+        return v
+
+
+class PipelineRule(BaseModel):
+    """Maps a path pattern under incoming/ to a schema, a sharding rule, a payload and a pool."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = ""
+    match: str = Field(..., min_length=1, max_length=512)
+    format: Literal["csv", "parquet"] = "csv"
+    columns: dict[str, Literal["float", "int", "str"]] = Field(default_factory=dict)
+    shard: ShardRule = ShardRule(rows=1000)
+    payload: str
+    pool: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    estimate: Estimate = Estimate()
+    budget_usd: float | None = Field(None, ge=0)
+    spot: bool = False
+    max_concurrency: int = Field(0, ge=0, le=100_000)
+
+    _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
+
+    def matches(self, name: str) -> bool:
+        return fnmatch.fnmatchcase(name, self.match)
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """SafeLoader that counts aliases, so a billion-laughs document is refused early."""
+
+    def compose_node(self, parent, index):  # noqa: D401
+        if self.check_event(yaml.AliasEvent):
+            self._aliases = getattr(self, "_aliases", 0) + 1
+            if self._aliases > MAX_ALIASES:
+                raise InputRejected(f"YAML uses more than {MAX_ALIASES} aliases", field="yaml",
+                                    limit=f"max_aliases={MAX_ALIASES}")
+        return super().compose_node(parent, index)
+
+
+def _text(data: bytes, source: str) -> str:
+    """UTF-8 (with or without a BOM) or UTF-16 with a BOM, as editors on any platform save it."""
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InputRejected(f"{source} is {len(data)} bytes; a manifest or rule may be at most "
+                            f"{MAX_DOCUMENT_BYTES} (put data in data blobs)", field="size",
+                            limit=f"max_document_bytes={MAX_DOCUMENT_BYTES}", source=source)
+    kind = archive_kind(data[:512])
+    if kind:
+        raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "
+                            "themselves", field="document", source=source)
+    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    try:
+        return data.decode("utf-16" if utf16 else "utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputRejected(f"{source} is not UTF-8 text (byte {exc.start})", field="encoding", source=source) from None
+
+
+def _check_size(doc: Any, source: str) -> None:
+    """Refuse documents whose aliases expand past MAX_NODES values, or refer to themselves."""
+    budget, stack, path = MAX_NODES, [doc], set()
+    while stack:
+        node = stack.pop()
+        if node is _LEAVE:
+            path.discard(stack.pop())
+            continue
+        budget -= 1
+        if budget < 0:
+            raise InputRejected(f"{source}: the document expands to more than {MAX_NODES} values "
+                                "(YAML aliases?)", field="yaml", limit=f"max_nodes={MAX_NODES}", source=source)
+        if isinstance(node, dict | list):
+            if id(node) in path:
+                raise InputRejected(f"{source}: the document refers to itself (a recursive YAML alias)",
+                                    field="yaml", source=source)
+            path.add(id(node))
+            stack += [id(node), _LEAVE]
+            stack += list(node.values()) + list(node) if isinstance(node, dict) else list(node)
+
+
+_LEAVE = object()
+
+
+def parse_document(data: bytes, source: str) -> dict:
+    """Parse YAML or JSON bytes into a dict; safe loader only."""
+    text = _text(data, source)
+    if not text.strip():
+        raise InputRejected(f"{source} is empty", field="document", source=source)
+    try:
+        # The safe loader only (a SafeLoader subclass): no python/* tags, aliases counted.
+        doc = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=_SafeLoader)  # noqa: S506
+    except RecursionError:
+        raise InputRejected(f"{source}: the document is nested too deeply", field="document",
+                            source=source) from None
+    except json.JSONDecodeError as exc:
+        raise InputRejected(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+                            field="document", row=exc.lineno, source=source) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        row = mark.line + 1 if mark else None
+        raise InputRejected(f"{source}: invalid YAML{f' at line {row}' if row else ''}: "
+                            f"{getattr(exc, 'problem', None) or exc}", field="document", row=row,
+                            source=source) from None
+    except ValueError as exc:  # e.g. an integer longer than Python converts (4300 digits)
+        raise InputRejected(f"{source}: a value cannot be read: {str(exc)[:200]}", field="document",
+                            source=source) from None
+    if not isinstance(doc, dict):
+        raise InputRejected(f"{source} must be a mapping at the top level, not {type(doc).__name__}",
+                            field="document", source=source)
+    _check_size(doc, source)
+    return doc
+
+
+def _loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def validate(model: type[BaseModel], doc: dict, source: str):
+    try:
+        return model.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = _loc(err["loc"]) or "document"
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise InputRejected(f"{source}: {where}: {err['msg']}{more}", field=where, source=source) from None
+
+
+def load_manifest(data: bytes, source: str) -> Manifest:
+    return validate(Manifest, parse_document(data, source), source)
+
+
+def load_rule(data: bytes, source: str) -> PipelineRule:
+    return validate(PipelineRule, parse_document(data, source), source)
+
+
+def manifest_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def grid_size(grid: dict[str, list[Any]]) -> int:
+    return math.prod(len(v) for v in grid.values()) if grid else 1
+
+
+def grid_points(m: Manifest, max_shards: int, max_param_bytes: int) -> list[dict[str, Any]]:
+    """Expand the grid into validated parameter points, one per shard."""
+    n = grid_size(m.grid)
+    if n > max_shards:
+        raise InputRejected(f"grid has {n} points; the limit is {max_shards} shards per job",
+                            field="grid", limit=f"max_shards={max_shards}")
+    spec = registry.get(m.payload)
+    keys = list(m.grid)
+    points = []
+    for i, combo in enumerate(itertools.product(*(m.grid[k] for k in keys))):
+        point = {**m.params, **dict(zip(keys, combo, strict=True))}
+        try:
+            spec.params.model_validate(point)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = _loc(err["loc"])
+            raise InputRejected(f"grid point {i} {json.dumps(point, default=str)[:200]}: {field}: {err['msg']}",
+                                field=f"grid.{field}" if field in keys else f"params.{field}", row=i) from None
+        size = len(json.dumps(point, default=str))
+        if size > max_param_bytes:
+            raise InputRejected(f"grid point {i} parameters are {size} bytes; the limit is {max_param_bytes}",
+                                field="params", row=i, limit=f"max_param_bytes={max_param_bytes}")
+        points.append(point)
+    return points

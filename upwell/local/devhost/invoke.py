@@ -1,0 +1,246 @@
+"""Call one function: build its arguments, run it, write its outputs, log the invocation.
+
+Outputs are written only when the function returns without raising, as on the
+Functions host. Every invocation is logged through structlog with the function,
+trigger, invocation id, duration and outcome, and kept as an ``InvocationRecord``.
+A raising function yields a failed ``Outcome``; it never escapes to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import azure.functions as func
+import structlog
+from azure.core.exceptions import ResourceNotFoundError
+from azure.functions import _abc as func_abc
+from azure.functions.blob import InputStream
+
+from upwell.local.devhost.app import RETURN, FunctionSpec
+from upwell.local.devhost.config import Settings
+from upwell.local.devhost.storage import MessageCodec, Storage
+
+log = structlog.get_logger("upwell.local.devhost")
+_EXPRESSION = re.compile(r"\{([^{}]+)\}")
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    invocation_id: str
+    function: str
+    trigger: str
+    outcome: str  # "succeeded" or "failed"
+    started: dt.datetime
+    duration_s: float
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    value: Any = None
+    error: BaseException | None = None
+
+
+def expand(template: str, data: Mapping[str, Any], where: str) -> str:
+    """Fill ``{name}`` binding expressions from trigger data (case-insensitive, dotted JSON paths)."""
+    lowered = {str(k).lower(): v for k, v in data.items()}
+
+    def one(match: re.Match) -> str:
+        key = match[1].strip()
+        special = {"rand-guid": lambda: str(uuid.uuid4()), "sys.randguid": lambda: str(uuid.uuid4()),
+                   "datetime": lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ"),
+                   "sys.utcnow": lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H-%M-%SZ")}
+        if key.lower() in special:
+            return special[key.lower()]()
+        head, *rest = key.split(".")
+        if head.lower() not in lowered:
+            raise KeyError(f"{where}: binding expression {{{key}}} has no value in the trigger data")
+        value = lowered[head.lower()]
+        for part in rest:
+            value = value[part]
+        return value if isinstance(value, str) else json.dumps(value)
+    return _EXPRESSION.sub(one, template)
+
+
+class Out(func.Out):
+    """The value holder passed for each ``func.Out[...]`` parameter."""
+
+    def __init__(self) -> None:
+        self._value: Any = None
+
+    def set(self, val: Any) -> None:
+        self._value = val
+
+    def get(self) -> Any:
+        return self._value
+
+
+class _Trace(func_abc.TraceContext):
+    def __init__(self) -> None:
+        self._parent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+
+    trace_state = property(lambda self: "")
+    trace_parent = property(lambda self: self._parent)
+    attributes = property(lambda self: {})
+
+
+class _Retry(func_abc.RetryContext):
+    retry_count = property(lambda self: 0)
+    max_retry_count = property(lambda self: 0)
+    exception = property(lambda self: None)
+
+
+class Context(func.Context):
+    """The ``context`` argument: invocation id, function name, trace and retry context."""
+
+    _local = threading.local()
+
+    def __init__(self, invocation_id: str, function_name: str) -> None:
+        self._invocation_id, self._function_name = invocation_id, function_name
+        self._trace, self._retry = _Trace(), _Retry()
+
+    invocation_id = property(lambda self: self._invocation_id)
+    function_name = property(lambda self: self._function_name)
+    function_directory = property(lambda self: "")
+    thread_local_storage = property(lambda self: self._local)
+    trace_context = property(lambda self: self._trace)
+    retry_context = property(lambda self: self._retry)
+
+
+def blob_argument(annotation: Any, data: bytes, **stream: Any) -> Any:
+    """A blob as the parameter's type: str, bytes, or ``func.InputStream`` (the default)."""
+    if annotation is str:
+        return data.decode("utf-8")
+    if annotation in (bytes, bytearray):
+        return data
+    return InputStream(data=data, **stream)
+
+
+def _messages(value: Any) -> list[str | bytes]:
+    if isinstance(value, str | bytes | bytearray):
+        return [value]
+    if isinstance(value, func_abc.QueueMessage):
+        return [value.get_body()]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        return [m for item in value for m in _messages(item)]
+    raise TypeError(f"a queue output takes str, bytes, QueueMessage or a list of them, not {type(value).__name__}")
+
+
+def _blob_bytes(value: Any) -> bytes | str:
+    if callable(getattr(value, "read", None)):
+        value = value.read()
+    if isinstance(value, str | bytes | bytearray):
+        return bytes(value) if isinstance(value, bytearray) else value
+    raise TypeError(f"a blob output takes str, bytes or a readable object, not {type(value).__name__}")
+
+
+def split_blob_path(path: str, where: str) -> tuple[str, str]:
+    container, _, name = path.strip("/").partition("/")
+    if not container or not name:
+        raise ValueError(f"{where}: blob path {path!r} needs a container and a name")
+    return container, name
+
+
+class Invoker:
+    """Runs functions for every listener; keeps no state but the record sink.
+
+    ``storage_for(binding)`` gives the storage of a binding's connection, so that
+    outputs go where the binding says.
+    """
+
+    def __init__(self, settings: Settings, storage_for: Callable[[dict], Storage], codec: MessageCodec,
+                 record: Callable[[InvocationRecord], None], function_timeout: float | None = None) -> None:
+        self.settings = settings
+        self.storage_for = storage_for
+        self.codec = codec
+        self.record = record
+        self.function_timeout = function_timeout
+        self.on_queue_write: Callable[[str], None] | None = None  # wakes this host's listener of that queue
+
+    def invoke(self, spec: FunctionSpec, trigger_value: Any, data: Mapping[str, Any]) -> Outcome:
+        """Run ``spec`` with its trigger argument; write outputs on success; log and record either way."""
+        invocation_id = str(uuid.uuid4())
+        started, clock = dt.datetime.now(dt.UTC), time.monotonic()
+        try:
+            kwargs, outs = self._arguments(spec, trigger_value, data, invocation_id)
+            value = asyncio.run(spec.func(**kwargs)) if spec.is_async else spec.func(**kwargs)
+            self._write_outputs(spec, outs, value, data)
+        except Exception as exc:
+            self._finish(spec, invocation_id, started, time.monotonic() - clock, exc)
+            return Outcome(False, error=exc)
+        self._finish(spec, invocation_id, started, time.monotonic() - clock, None)
+        return Outcome(True, value=value)
+
+    def _finish(self, spec: FunctionSpec, invocation_id: str, started: dt.datetime, duration: float,
+                error: Exception | None) -> None:
+        fields = {"function": spec.name, "trigger": spec.trigger_type, "invocation_id": invocation_id,
+                  "duration_ms": round(duration * 1000, 1)}
+        if error is None:
+            # A timer's successful ticks (every few seconds locally) would drown the log: debug level.
+            quiet = spec.trigger_type == "timerTrigger"
+            (log.debug if quiet else log.info)("invocation", outcome="succeeded", **fields)
+        else:
+            log.warning("invocation", outcome="failed", error=f"{type(error).__name__}: {error}",
+                        exc_info=error, **fields)
+        if self.function_timeout is not None and duration > self.function_timeout:
+            log.warning("function timeout exceeded", function=spec.name, timeout_s=self.function_timeout,
+                        note="the Functions host would have stopped this invocation")
+        self.record(InvocationRecord(invocation_id, spec.name, spec.trigger_type,
+                                     "succeeded" if error is None else "failed", started, duration,
+                                     None if error is None else f"{type(error).__name__}: {error}"))
+
+    def _arguments(self, spec: FunctionSpec, trigger_value: Any, data: Mapping[str, Any],
+                   invocation_id: str) -> tuple[dict[str, Any], dict[str, Out]]:
+        kwargs: dict[str, Any] = {spec.trigger["name"]: trigger_value}
+        for binding in spec.inputs:
+            kwargs[binding["name"]] = self._blob_input(spec, binding, data)
+        outs = {b["name"]: Out() for b in spec.outputs if b["name"] != RETURN and b["type"] != "http"}
+        kwargs.update(outs)
+        if spec.context_param:
+            kwargs[spec.context_param] = Context(invocation_id, spec.name)
+        return kwargs, outs
+
+    def _path(self, spec: FunctionSpec, binding: dict, key: str, data: Mapping[str, Any]) -> str:
+        where = f"function {spec.name}, binding {binding['name']}"
+        return expand(self.settings.resolve(binding[key], where), data, where)
+
+    def _blob_input(self, spec: FunctionSpec, binding: dict, data: Mapping[str, Any]) -> Any:
+        path = self._path(spec, binding, "path", data)
+        container, name = split_blob_path(path, f"function {spec.name}")
+        client = self.storage_for(binding).container(container).get_blob_client(name)
+        try:
+            downloader = client.download_blob()
+        except ResourceNotFoundError:
+            return None
+        props = downloader.properties
+        return blob_argument(spec.annotations.get(binding["name"]), downloader.readall(), name=path,
+                             uri=client.url, length=props.size, metadata=dict(props.metadata or {}))
+
+    def _write_outputs(self, spec: FunctionSpec, outs: dict[str, Out], value: Any,
+                       data: Mapping[str, Any]) -> None:
+        for binding in spec.outputs:
+            if binding["type"] == "http":
+                continue
+            result = value if binding["name"] == RETURN else outs[binding["name"]].get()
+            if result is None:
+                continue
+            storage = self.storage_for(binding)
+            if binding["type"] == "queue":
+                queue = self._path(spec, binding, "queueName", data).lower()
+                for message in _messages(result):
+                    storage.send(queue, self.codec.encode(message))
+                if self.on_queue_write is not None:
+                    self.on_queue_write(queue)
+            else:
+                container, name = split_blob_path(self._path(spec, binding, "path", data), f"function {spec.name}")
+                storage.upload(container, name, _blob_bytes(result))

@@ -1,0 +1,106 @@
+"""The embedded default: Azurite, the devhost and the local pool, as child processes.
+
+``LocalStack`` owns those children. ``start()`` reuses an Azurite that already
+listens on the chosen ports (a second ``upwell up`` keeps the data under
+``.upwell/azurite``); ``stop()`` stops the devhost, drains the local workers and
+stops the Azurite it started, and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from upwell import REPO, names
+from upwell.local import azurite
+from upwell.settings import Settings
+from upwell.storage import Storage
+
+REPO = REPO
+DEFAULT_SCHEDULE = "*/3 * * * * *"
+
+
+class LocalStack:
+    """Children: ``self.azurite`` (if started here) and ``self.devhost``."""
+
+    def __init__(self, root: Path | None = None, *, ports: tuple[int, int, int] = azurite.DEFAULT_PORTS,
+                 http_port: int = 7071, env: dict[str, str] | None = None, quiet: bool = False):
+        self.root = Path(root or Path.cwd() / ".upwell")
+        self.ports = ports
+        self.http_port = http_port
+        self.quiet = quiet
+        self.azurite: azurite.Azurite | None = None
+        self.devhost: subprocess.Popen | None = None
+        self.connection_string = azurite.connection_string(*ports)
+        self.env = {**(os.environ if env is None else env), names.CONNECTION: self.connection_string,
+                    "UPWELL_STATE_DIR": str(self.root / "pools")}
+        self.env.setdefault("UPWELL_SCALE_SCHEDULE", DEFAULT_SCHEDULE)
+        if not quiet and sys.stderr.isatty():
+            self.env.setdefault("UPWELL_LOG_FORMAT", "console")
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), self.env.get("PYTHONPATH", "")]))
+
+    @property
+    def storage(self) -> Storage:
+        return Storage(self.connection_string)
+
+    def start_storage(self) -> None:
+        if azurite.is_running(self.ports):
+            self.azurite = None
+        else:
+            self.azurite = azurite.Azurite(self.root / "azurite", *self.ports).start()
+        self.storage.ensure()
+
+    def start_devhost(self) -> None:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        out = open(self.root / "logs" / "devhost.log", "ab") if self.quiet else None  # noqa: SIM115
+        self.devhost = subprocess.Popen(
+            [sys.executable, "-m", "upwell.local.devhost", "--app", "function_app:app", "--host-json",
+             str(REPO / "host.json"), "--port", str(self.http_port)],
+            cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        if out:
+            out.close()
+
+    def start(self) -> LocalStack:
+        self.start_storage()
+        self.start_devhost()
+        return self
+
+    def stop_devhost(self, timeout: float = 20.0) -> None:
+        proc, self.devhost = self.devhost, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+    def stop_workers(self) -> None:
+        from upwell.scale.pools.process import LocalPool
+
+        settings = Settings.from_env(self.env)
+        for spec in settings.pools.values():
+            if spec.backend == "local":
+                LocalPool(spec, self.root / "pools").close()
+
+    def stop(self) -> None:
+        self.stop_devhost()
+        self.stop_workers()
+        if self.azurite is not None:
+            self.azurite.stop()
+            self.azurite = None
+
+    def alive(self) -> bool:
+        return self.devhost is not None and self.devhost.poll() is None
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+

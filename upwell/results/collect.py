@@ -1,0 +1,81 @@
+"""Collect: a result landed; mark its shard terminal and, for the last one, ask for the report.
+
+Exactly-once: the shard row and the job counters change in one ETag-conditional
+transaction (upwell.ledger.finish_shard), so a redelivered result is a no-op and
+exactly one invocation sees the job become terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from azure.core.exceptions import ResourceNotFoundError
+
+from upwell import logs, names
+from upwell.ledger import Ledger
+from upwell.storage import Storage
+
+RESULT_NAME = re.compile(r"^(?P<job>[^/]+)/(?P<shard>[^/]+)\.json$")
+log = logs.get("upwell.results.collect")
+
+
+@dataclass(frozen=True)
+class Collected:
+    job_id: str
+    shard_id: str
+    counted: bool
+    job_done: bool
+    job_status: str
+
+
+def shard_cost(doc: dict, job: dict) -> float:
+    """node-seconds x price for this shard's attempts (failed and preempted ones too)."""
+    t = doc.get("timings") or {}
+    node_seconds = float(t.get("node_seconds") or 0) + float(t.get("preempted_node_seconds") or 0) \
+        + float(t.get("failed_node_seconds") or 0)
+    try:
+        from upwell import cost
+
+        spot = bool((doc.get("node") or {}).get("spot"))
+        return float(cost.estimate(node_seconds, job.get("price_key") or "local", spot))
+    except Exception:  # noqa: BLE001 - unknown price key: no cost rather than a lost shard
+        return 0.0
+
+
+def report_queue(storage: Storage):
+    """The report queue. Plain JSON text: host.json sets the queue messageEncoding to "none"."""
+    return storage.queue(names.REPORT_QUEUE)
+
+
+def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:
+    """Handle results/<name>. Artifacts (results/<job>/<shard>/<file>) are ignored."""
+    m = RESULT_NAME.match(name)
+    if not m:
+        return None
+    ledger = ledger or Ledger(storage)
+    job_id, shard_id = m["job"], m["shard"]
+    try:
+        doc = json.loads(storage.read(f"{names.RESULTS}/{name}"))
+    except ResourceNotFoundError:
+        return None
+    except json.JSONDecodeError:
+        doc = {"status": "failed", "error": f"results/{name} is not valid JSON"}
+    job = ledger.job(job_id) or {}
+    status = "succeeded" if doc.get("status") == "succeeded" else "failed"
+    t = doc.get("timings") or {}
+    fields = {"finished_at": t.get("finished") or "", "error": (doc.get("error") or "")[:2000],
+              "stderr_tail": (doc.get("stderr_tail") or "")[-4000:], "node_seconds": float(t.get("node_seconds") or 0),
+              "result_blob": f"{names.RESULTS}/{name}"}
+    if doc.get("poisoned"):
+        fields["poisoned"] = True
+    if (doc.get("node") or {}).get("id"):
+        fields["node"] = doc["node"]["id"]
+    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=shard_cost(doc, job))
+    bound = log.bind(job_id=job_id, shard_id=shard_id)
+    bound.info("collect.shard", status=status, counted=done.counted, job_done=done.job_done)
+    if done.job_done:
+        report_queue(storage).send_message(json.dumps({"job_id": job_id}))
+        bound.info("collect.job_done", job_status=done.job_status)
+    return Collected(job_id, shard_id, done.counted, done.job_done, done.job_status)

@@ -1,0 +1,298 @@
+"""The scaling policy: pure functions, no I/O.
+
+``decide`` works out a pool's target from what was observed; the Autoscaler
+(upwell.scale.autoscaler) does the I/O. The state it carries between evaluations is
+``PolicyState``; every Decision has a human-readable ``reason``.
+
+The policy, in the order ``decide`` applies it:
+
+1. backlog = visible messages + in-flight shards (running tasks are demand too;
+   a queue-length scaler that forgets them scales in under running work);
+2. want = ceil(backlog / tasks_per_node), clamped to [min_nodes, max_nodes];
+3. an empty pool starts only once the backlog reaches ``activation_threshold``;
+4. growth is limited to ``max_step`` nodes per evaluation;
+5. the spot share is ``spec.spot_share``, halved while the recent preemption
+   rate passes the threshold and won back step by step once it is quiet;
+6. the vCPU quota caps each kind of node (dedicated: the family quota; spot:
+   the spot quota, whose overflow falls back to dedicated), and says so in
+   ``Decision.message``;
+7. the budget caps the pool at the nodes whose committed spend fits in what is
+   left (dedicated nodes go first: spot buys more work per dollar);
+8. shrinking waits for ``scale_down_votes`` consecutive lower targets, goes to
+   zero only after max(``cooldown_s``, expected boot time) without backlog (a
+   node released sooner costs a reboot if work comes back within a boot time),
+   and never asks to remove more nodes than are idle: ``Decision.removable``
+   says how many may go.
+   A budget cap shrinks at once (still idle nodes only).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from upwell.scale.pools.base import PoolSpec
+
+# The preemption rate (preemptions / spot nodes exposed in the window) above
+# which the spot share is halved; spec.options["preemption_threshold"] overrides.
+PREEMPTION_THRESHOLD = 0.2
+# Part of spec.spot_share won back per evaluation without preemptions.
+SPOT_RECOVERY_STEP = 0.25
+# Below this the spot share is treated as zero (no point asking for 0.3 nodes).
+MIN_SPOT_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the autoscaler saw for one pool, this evaluation.
+
+    Counts are nodes unless named otherwise. ``idle`` counts alive nodes that
+    hold no shard (booting nodes included: they hold no work either).
+    Quota fields are what is still free beyond current use; None means unknown
+    (no cap). Prices are USD per node-hour.
+    """
+
+    visible: int  # visible messages on work-<pool>
+    in_flight: int  # shards the ledger shows running on this pool
+    nodes: int  # alive nodes: pending + idle + running
+    idle: int = 0
+    preempted_recent: int = 0  # preemptions seen in the recent window
+    spent_usd: float = 0.0
+    budget_left_usd: float | None = None  # None: no budget
+    quota_nodes: int | None = None  # nodes the quota still allows beyond `nodes`; None: unknown
+    price_per_node_hour: float = 0.0
+    now: float = 0.0
+    spot_nodes: int = 0  # alive spot nodes (the exposure behind preempted_recent)
+    spot_price_per_node_hour: float | None = None  # None: priced as dedicated (conservative)
+    quota_cores: int | None = None  # vCPUs of the dedicated family quota still free
+    spot_quota_nodes: int | None = None  # spot nodes the spot quota still allows beyond spot_nodes
+    cores_per_node: int = 0  # vCPUs per node, to turn quota_cores into nodes
+    quota_family: str = ""  # e.g. "standardNCSv3Family", for the message
+    task_s: float | None = None  # expected seconds per task (estimate or observed mean)
+    boot_s: float = 0.0  # expected seconds from asking for a node to it taking work (billed)
+    interval_s: float = 60.0  # seconds between evaluations
+
+    @property
+    def backlog(self) -> int:
+        return self.visible + self.in_flight
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """Carried between evaluations: shrink votes, when the backlog last emptied,
+    the last target and the spot share now in force (None: spec.spot_share)."""
+
+    low_votes: int = 0
+    idle_since: float | None = None
+    last_target: int = 0
+    spot_share: float | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``target`` nodes in all, split into ``spot`` + ``dedicated``. ``removable``
+    idle nodes may be taken away now (target = nodes - removable when shrinking)."""
+
+    target: int
+    reason: str
+    state: PolicyState
+    spot: int = 0
+    dedicated: int = 0
+    capped_by: str = ""  # "", "budget", "quota", "max", "step", "activation"
+    message: str = ""  # shown on job status, e.g. a quota shortfall
+    removable: int = 0
+
+
+def target(backlog: int, tasks_per_node: int, min_nodes: int, max_nodes: int) -> int:
+    """ceil(backlog / tasks_per_node), clamped to [min_nodes, max_nodes]."""
+    want = math.ceil(max(backlog, 0) / max(tasks_per_node, 1))
+    return max(min_nodes, min(max_nodes, want))
+
+
+def split(n: int, spot_share: float) -> tuple[int, int]:
+    """(spot, dedicated) for n nodes at a spot share; rounds half toward dedicated."""
+    spot = min(n, max(0, math.floor(n * spot_share + 0.5 - 1e-9)))
+    return spot, n - spot
+
+
+def commit_hours(obs: Observation) -> float:
+    """Hours of spend that starting a node commits us to before it can be taken back:
+    it boots, then runs at least one task or one evaluation interval."""
+    return (max(obs.boot_s, 0.0) + max(obs.interval_s, obs.task_s or 0.0, 1.0)) / 3600.0
+
+
+def projected_usd(obs: Observation, spot: int, dedicated: int) -> float:
+    """The spend that (spot, dedicated) nodes commit us to (see commit_hours)."""
+    p = max(obs.price_per_node_hour, 0.0)
+    ps = p if obs.spot_price_per_node_hour is None else max(obs.spot_price_per_node_hour, 0.0)
+    return (dedicated * p + spot * ps) * commit_hours(obs)
+
+
+def family_label(family: str) -> str:
+    """"standardNCSv3Family" -> "NCSv3": how people name a quota family."""
+    m = re.fullmatch(r"(?i)standard(.+?)family", family or "")
+    return m.group(1) if m else (family or "vCPU")
+
+
+def decide(spec: PoolSpec, obs: Observation, state: PolicyState) -> Decision:
+    """The target for one pool now; pure. See the module docstring for the rules."""
+    notes = [f"backlog {obs.backlog} ({obs.visible} queued + {obs.in_flight} running)"
+             f" / {max(spec.tasks_per_node, 1)} per node"]
+    want, capped_by = _want(spec, obs, notes)
+    share = _spot_share(spec, obs, state, notes)
+    spot, ded = split(want, share)
+    spot, ded, message = _quota_cap(spec, obs, spot, ded, share, notes)
+    if spot + ded < want:
+        capped_by = "quota"
+    spot, ded, budget_note = _budget_cap(spec, obs, spot, ded)
+    if budget_note:
+        capped_by, message = "budget", message or budget_note
+        notes.append(budget_note)
+    return _settle(spec, obs, state, spot, ded, share, capped_by, message, notes)
+
+
+def _want(spec: PoolSpec, obs: Observation, notes: list[str]) -> tuple[int, str]:
+    tpn = max(spec.tasks_per_node, 1)
+    raw = math.ceil(max(obs.backlog, 0) / tpn)
+    want = target(obs.backlog, tpn, spec.min_nodes, spec.max_nodes)
+    capped_by = "max" if raw > spec.max_nodes else ""
+    notes.append(f"wants {raw}" + (f", max {spec.max_nodes}" if capped_by else ""))
+    if obs.nodes == 0 and 0 < obs.backlog < spec.activation_threshold:
+        want, capped_by = spec.min_nodes, "activation"
+        notes.append(f"below the activation threshold {spec.activation_threshold}")
+    if want > obs.nodes + max(spec.max_step, 1):
+        want, capped_by = obs.nodes + max(spec.max_step, 1), "step"
+        notes.append(f"step limited to +{max(spec.max_step, 1)}")
+    return want, capped_by
+
+
+def _spot_share(spec: PoolSpec, obs: Observation, state: PolicyState, notes: list[str]) -> float:
+    base = min(max(spec.spot_share, 0.0), 1.0)
+    if base <= 0:
+        return 0.0
+    share = base if state.spot_share is None else state.spot_share
+    threshold = float(spec.options.get("preemption_threshold", PREEMPTION_THRESHOLD))
+    exposed = obs.spot_nodes + obs.preempted_recent
+    rate = obs.preempted_recent / exposed if exposed else 0.0
+    if rate > threshold:
+        share = share / 2 if share / 2 >= MIN_SPOT_SHARE else 0.0
+        notes.append(f"preemption rate {rate:.0%} > {threshold:.0%}: spot share down to {share:.0%}")
+    elif obs.preempted_recent == 0 and share < base:
+        share = min(base, share + base * SPOT_RECOVERY_STEP)
+        notes.append(f"no preemptions: spot share back up to {share:.0%}")
+    return share
+
+
+def _quota_cap(spec: PoolSpec, obs: Observation, spot: int, ded: int, share: float,
+               notes: list[str]) -> tuple[int, int, str]:
+    spot_now = min(max(obs.spot_nodes, 0), obs.nodes)
+    ded_now = obs.nodes - spot_now
+    spot_max = None if obs.spot_quota_nodes is None else spot_now + max(obs.spot_quota_nodes, 0)
+    ded_max = _dedicated_room(obs)
+    ded_max = None if ded_max is None else ded_now + ded_max
+    message = ""
+    if spot_max is not None and spot > max(spot_max, spot_now):
+        moved = spot - max(spot_max, spot_now)
+        spot, ded = spot - moved, ded + moved
+        notes.append(f"spot quota allows {spot_max - spot_now} more: {moved} moved to dedicated")
+    if ded_max is not None and ded > max(ded_max, ded_now):
+        short = ded - max(ded_max, ded_now)
+        message = _shortfall(spec, obs, ded - ded_now)
+        ded -= short
+        if share > 0 and (spot_max is None or spot < spot_max):
+            room = short if spot_max is None else min(short, spot_max - spot)
+            spot += room
+            if room:
+                notes.append(f"{room} moved to spot")
+        notes.append(message)
+    return spot, ded, message
+
+
+def _dedicated_room(obs: Observation) -> int | None:
+    rooms = []
+    if obs.quota_nodes is not None:
+        rooms.append(max(obs.quota_nodes, 0))
+    if obs.quota_cores is not None and obs.cores_per_node > 0:
+        rooms.append(max(obs.quota_cores, 0) // obs.cores_per_node)
+    return min(rooms) if rooms else None
+
+
+def _shortfall(spec: PoolSpec, obs: Observation, more_nodes: int) -> str:
+    family = family_label(obs.quota_family)
+    if obs.cores_per_node > 0 and obs.quota_cores is not None:
+        return (f"pool {spec.name} needs {more_nodes * obs.cores_per_node} cores of {family} quota; "
+                f"{max(obs.quota_cores, 0)} available")
+    room = _dedicated_room(obs) or 0
+    return f"pool {spec.name} needs {more_nodes} more nodes of {family} quota; {room} available"
+
+
+def _budget_cap(spec: PoolSpec, obs: Observation, spot: int, ded: int) -> tuple[int, int, str]:
+    left = obs.budget_left_usd
+    if left is None or projected_usd(obs, spot, ded) <= left:
+        return spot, ded, ""
+    want = spot + ded
+    while ded > 0 and projected_usd(obs, spot, ded) > left:
+        ded -= 1
+    while spot > 0 and projected_usd(obs, spot, ded) > left:
+        spot -= 1
+    hours = commit_hours(obs)
+    return spot, ded, (f"pool {spec.name}: ${max(left, 0):.2f} of budget left covers {spot + ded} of {want} nodes"
+                       f" for {hours * 60:.0f} min each")
+
+
+def _settle(spec: PoolSpec, obs: Observation, state: PolicyState, spot: int, ded: int, share: float,
+            capped_by: str, message: str, notes: list[str]) -> Decision:
+    want = spot + ded
+    idle_since = (state.idle_since if state.idle_since is not None else obs.now) if obs.backlog == 0 else None
+    busy = max(obs.nodes - max(obs.idle, 0), 0)
+    kept = share if spec.spot_share > 0 else None
+    if want >= obs.nodes:
+        notes.append(f"target {want}")
+        return Decision(want, "; ".join(notes), PolicyState(0, idle_since, want, kept), spot, ded, capped_by, message)
+    votes = state.low_votes + 1
+    needed = spec.scale_down_votes
+    # Ski rental: the last node is worth keeping for as long as a new one takes to boot.
+    cooldown = max(spec.cooldown_s, obs.boot_s)
+    floor = want
+    if votes < needed:
+        floor = obs.nodes
+        notes.append(f"hold (vote {votes}/{needed} to shrink to {want})")
+    elif want == 0 and (idle_since is None or obs.now - idle_since < cooldown):
+        floor = min(obs.nodes, max(spec.min_nodes, 1))
+        notes.append(f"keep {floor} warm until {cooldown:.0f} s without backlog")
+    final = max(floor, busy)
+    spot, ded = _trim(spot, ded, final, obs, share)
+    final, spot, ded, note = _afford_shrink(spec, obs, final, spot, ded, busy, share)
+    if note:
+        capped_by, message = "budget", message or note
+        notes.append(note)
+    removable = obs.nodes - final
+    if removable:
+        notes.append(f"shrink to {final}: remove {removable} idle" + (f", {busy} busy stay" if final > want else ""))
+    new = PolicyState(votes if final > want else 0, idle_since, final, kept)
+    return Decision(final, "; ".join(notes), new, spot, ded, capped_by, message, removable)
+
+
+def _afford_shrink(spec: PoolSpec, obs: Observation, final: int, spot: int, ded: int, busy: int,
+                   share: float) -> tuple[int, int, int, str]:
+    """Lower a held or shrunk target until its committed spend fits the budget; busy nodes stay."""
+    left = obs.budget_left_usd
+    start = final
+    while left is not None and final > busy and projected_usd(obs, spot, ded) > left:
+        final -= 1
+        spot, ded = _trim(*split(final, share), final, obs, share)
+    if final == start:
+        return final, spot, ded, ""
+    return final, spot, ded, (f"pool {spec.name}: ${max(left or 0.0, 0):.2f} of budget left covers {final} "
+                              f"of {start} nodes for {commit_hours(obs) * 60:.0f} min each")
+
+
+def _trim(spot: int, ded: int, final: int, obs: Observation, share: float) -> tuple[int, int]:
+    """The split of a shrunk target: keep the asked split where it fits, else what runs now."""
+    # Shrinking only removes nodes, so each kind can only go down from what runs now.
+    spot_now = min(max(obs.spot_nodes, 0), obs.nodes)
+    ded_now = obs.nodes - spot_now
+    s = spot if spot + ded == final else split(final, share)[0]
+    s = min(max(s, final - ded_now, 0), spot_now, final)
+    return s, final - s

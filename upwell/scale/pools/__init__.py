@@ -1,0 +1,54 @@
+"""Worker-pool backends: a closed set, as a plain dict of import paths.
+
+A backend module is imported only when a pool asks for it, so the Azure SDK a
+backend needs is imported only there (the local pool needs none).
+
+``make_pool(spec, **ctx)`` builds the backend ``spec.backend`` names. ``ctx`` is
+what the caller has to offer; every backend takes the keywords it knows and
+ignores the rest:
+
+- local: ``state_dir``, ``idle_exit_s``, ``env`` (see upwell.scale.pools.process);
+- batch, vmss, aci: ``credential`` (an azure-core TokenCredential; default
+  DefaultAzureCredential, or ManagedIdentityCredential when
+  ``spec.options["identity_client_id"]``/AZURE_CLIENT_ID names one), ``client``
+  (a ready SDK client, e.g. for tests) and ``client_kwargs`` (passed to the SDK
+  client: base_url, retry and polling settings, extra policies).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from upwell.errors import ConfigError
+from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+
+POOLS: dict[str, str] = {
+    "local": "upwell.scale.pools.process:LocalPool",
+    "batch": "upwell.scale.pools.batch:BatchPool",
+    "vmss": "upwell.scale.pools.vmss:VmssPool",
+    "aci": "upwell.scale.pools.aci:AciPool",
+}
+
+__all__ = ["POOLS", "NodeState", "PoolSpec", "PoolStatus", "WorkerPool", "backend_class", "make_pool"]
+
+
+def backend_class(backend: str) -> type[WorkerPool]:
+    """The WorkerPool subclass registered for ``backend``; its module is imported now."""
+    try:
+        path = POOLS[backend]
+    except KeyError:
+        raise ConfigError(f"pool backend {backend!r} is not known; known: {sorted(POOLS)}") from None
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and not module_name.startswith(exc.name):
+            raise ConfigError(f"pool backend {backend!r} needs the package {exc.name!r}; install it "
+                              f"to use this backend") from None
+        raise
+    return getattr(module, attr)
+
+
+def make_pool(spec: PoolSpec, **ctx) -> WorkerPool:
+    """Build the pool ``spec.backend`` names. See the module docstring for ``ctx``."""
+    return backend_class(spec.backend)(spec, **ctx)

@@ -1,0 +1,178 @@
+"""Pure request builders for the Azure Batch backend: no I/O, tested on their own.
+
+The pool is created through ARM (Microsoft.Batch/batchAccounts/pools), because
+only ARM can give a pool a user-assigned managed identity; the data plane
+(azure-batch 15.x ``BatchClient``) resizes it, removes nodes and lists them.
+
+Options read here (``UPWELL_POOLS.<pool>.options``): ``image`` (required),
+``registry``, ``identity_id`` (the worker identity's ARM resource id; it pulls
+the image and reaches storage), ``identity_client_id``, ``storage_account``,
+``env``, ``subnet_id``, ``pool_id`` (default ``upwell-<pool>``),
+``image_reference`` ({publisher, offer, sku, version}), ``node_agent_sku``,
+``container_run_options``, ``gpu`` (bool), ``mpi`` (bool: inter-node
+communication, one task slot per node), ``resize_timeout_min``; for creating
+the pool: ``subscription_id``, ``resource_group`` and ``account_name`` (default:
+from ``account_url``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from upwell.scale.pools import azure_common as az
+from upwell.scale.pools.base import PoolSpec
+
+POOL_API_VERSION = "2024-07-01"  # Microsoft.Batch ARM API for batchAccounts/pools
+# A Batch-supported Linux image with Docker-compatible runtime and GPU drivers.
+DEFAULT_IMAGE_REFERENCE = {"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}
+DEFAULT_NODE_AGENT = "batch.node.ubuntu 22.04"
+DEALLOCATION = "taskcompletion"  # scale-in waits for running tasks; never requeues or kills them
+
+
+def pool_id(spec: PoolSpec) -> str:
+    return str(spec.options.get("pool_id") or f"upwell-{spec.name}")
+
+
+def is_mpi(spec: PoolSpec) -> bool:
+    return bool(spec.options.get("mpi", spec.name == "mpi"))
+
+
+def run_options(spec: PoolSpec) -> str:
+    """docker run options for the agent: host networking (MPI, IMDS), GPUs when asked."""
+    default = "--rm --network host" + (" --gpus all" if spec.options.get("gpu") else "")
+    return str(spec.options.get("container_run_options") or default)
+
+
+def start_task_command(spec: PoolSpec) -> str:
+    """The agent, with UPWELL_NODE_SPOT set from Batch's own AZ_BATCH_NODE_IS_DEDICATED."""
+    agent = " ".join(shlex.quote(a) for a in az.agent_command(spec))
+    return ("/bin/sh -c 'if [ \"$AZ_BATCH_NODE_IS_DEDICATED\" = true ]; then export UPWELL_NODE_SPOT=0; "
+            f"else export UPWELL_NODE_SPOT=1; fi; exec {agent}'")
+
+
+def _registry(spec: PoolSpec) -> dict[str, Any] | None:
+    server = az.registry_server(spec)
+    if not server:
+        return None
+    reg: dict[str, Any] = {"registryServer": server}
+    if spec.options.get("identity_id"):
+        reg["identityReference"] = {"resourceId": str(spec.options["identity_id"])}
+    return reg
+
+
+def start_task(spec: PoolSpec) -> dict[str, Any]:
+    """ARM startTask: runs the agent container for the node's life (waitForSuccess false)."""
+    settings: dict[str, Any] = {"imageName": az.image(spec), "containerRunOptions": run_options(spec),
+                                "workingDirectory": "TaskWorkingDirectory"}
+    registry = _registry(spec)
+    if registry:
+        settings["registry"] = registry
+    env = az.agent_env(spec)
+    return {
+        "commandLine": start_task_command(spec),
+        "containerSettings": settings,
+        "environmentSettings": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "userIdentity": {"autoUser": {"scope": "Pool", "elevationLevel": "NonAdmin"}},
+        "maxTaskRetryCount": 3,
+        "waitForSuccess": False,
+    }
+
+
+def pool_body(spec: PoolSpec) -> dict[str, Any]:
+    """The ARM body of Microsoft.Batch/batchAccounts/pools/<pool_id> (api POOL_API_VERSION)."""
+    vm_config: dict[str, Any] = {
+        "imageReference": dict(spec.options.get("image_reference") or DEFAULT_IMAGE_REFERENCE),
+        "nodeAgentSkuId": str(spec.options.get("node_agent_sku") or DEFAULT_NODE_AGENT),
+        "containerConfiguration": {"type": "DockerCompatible", "containerImageNames": [az.image(spec)]},
+    }
+    registry = _registry(spec)
+    if registry:
+        vm_config["containerConfiguration"]["containerRegistries"] = [registry]
+    props: dict[str, Any] = {
+        "displayName": f"upwell {spec.name}",
+        "vmSize": spec.vm_size,
+        "deploymentConfiguration": {"virtualMachineConfiguration": vm_config},
+        "scaleSettings": {"fixedScale": {"targetDedicatedNodes": 0, "targetLowPriorityNodes": 0,
+                                         "resizeTimeout": _iso_minutes(resize_timeout(spec)),
+                                         "nodeDeallocationOption": "TaskCompletion"}},
+        "interNodeCommunication": "Enabled" if is_mpi(spec) else "Disabled",
+        "taskSlotsPerNode": 1 if is_mpi(spec) else max(spec.tasks_per_node, 1),
+        "taskSchedulingPolicy": {"nodeFillType": "Pack"},
+        "startTask": start_task(spec),
+        "metadata": [{"name": "upwell-pool", "value": spec.name}],
+    }
+    if spec.options.get("subnet_id"):
+        props["networkConfiguration"] = {"subnetId": str(spec.options["subnet_id"])}
+    body: dict[str, Any] = {"properties": props}
+    if spec.options.get("identity_id"):
+        body["identity"] = {"type": "UserAssigned", "userAssignedIdentities": {str(spec.options["identity_id"]): {}}}
+    return body
+
+
+def pool_path(spec: PoolSpec) -> str:
+    sub, rg = az.opt(spec, "subscription_id"), az.opt(spec, "resource_group")
+    account = spec.options.get("account_name") or account_name(str(spec.options.get("account_url") or ""))
+    if not account:
+        az.opt(spec, "account_name")  # raises, naming the setting
+    return (f"/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Batch/batchAccounts/{account}"
+            f"/pools/{pool_id(spec)}")
+
+
+def account_name(account_url: str) -> str:
+    """"https://acct.eastus.batch.azure.com" -> "acct"."""
+    host = urlsplit(account_url).hostname or ""
+    return host.split(".", 1)[0] if host.endswith(".batch.azure.com") else ""
+
+
+def resize_timeout(spec: PoolSpec) -> timedelta:
+    return timedelta(minutes=float(spec.options.get("resize_timeout_min", 15)))
+
+
+def resize_options(spec: PoolSpec, dedicated: int, spot: int):
+    """Data-plane resize: targets for dedicated and spot (low-priority) nodes; taskcompletion."""
+    from azure.batch import models as m
+
+    return m.BatchPoolResizeOptions(target_dedicated_nodes=max(dedicated, 0), target_low_priority_nodes=max(spot, 0),
+                                    resize_timeout=resize_timeout(spec), node_deallocation_option=DEALLOCATION)
+
+
+def remove_options(spec: PoolSpec, node_ids: list[str]):
+    """Data-plane remove-nodes for specific idle nodes (at most 100 a request)."""
+    from azure.batch import models as m
+
+    if not node_ids or len(node_ids) > 100:
+        raise ValueError(f"remove 1..100 nodes a request, not {len(node_ids)}")
+    return m.BatchNodeRemoveOptions(node_ids=list(node_ids), resize_timeout=resize_timeout(spec),
+                                    node_deallocation_option=DEALLOCATION)
+
+
+def mpi_task(spec: PoolSpec, task_id: str, command: str, instances: int, *,
+             coordination_command: str = "", env: dict[str, str] | None = None):
+    """A multi-instance task: ``instances`` nodes; the primary runs ``command`` (mpirun ...),
+    every node first runs ``coordination_command``. Needs a pool with inter-node communication."""
+    from azure.batch import models as m
+
+    if instances < 1:
+        raise ValueError("an MPI task needs at least one instance")
+    registry = _registry(spec)
+    container = m.BatchTaskContainerSettings(
+        image_name=az.image(spec), container_run_options=run_options(spec) + " --ipc host",
+        registry=None if registry is None else m.ContainerRegistryReference(
+            registry_server=registry["registryServer"],
+            identity_reference=(m.BatchNodeIdentityReference(resource_id=registry["identityReference"]["resourceId"])
+                                if "identityReference" in registry else None)))
+    return m.BatchTaskCreateOptions(
+        id=task_id, command_line=command, container_settings=container,
+        multi_instance_settings=m.MultiInstanceSettings(
+            number_of_instances=instances, coordination_command_line=coordination_command or "/bin/true"),
+        environment_settings=[m.EnvironmentSetting(name=k, value=v)
+                              for k, v in sorted(az.agent_env(spec, **(env or {})).items())],
+        user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
+        required_slots=1)
+
+
+def _iso_minutes(td: timedelta) -> str:
+    return f"PT{int(td.total_seconds() // 60)}M"

@@ -1,0 +1,150 @@
+"""The local pool: agent processes on this machine, one per "node".
+
+State lives on disk under ``state_dir/<pool>/`` so that any LocalPool object (the
+scale function builds one per process) sees the same workers: ``<id>.pid`` is
+written at spawn, ``<id>.json`` by the agent itself (idle | running | stopped),
+and ``<id>.stopping`` marks a worker asked to drain. Scale-in only drains idle
+workers (SIGUSR1): a busy worker is never killed by the scaler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from upwell import REPO
+from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+
+REPO = REPO
+_CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("UPWELL_STATE_DIR") or (Path.cwd() / ".upwell" / "pools"))
+
+
+def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        if child.poll() is None:
+            return True
+        _CHILDREN.pop(pid, None)
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:  # a zombie whose parent is gone still answers kill(0)
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class LocalPool(WorkerPool):
+    """Local agent processes. Keeps only its spec, its state folder and the spawn settings."""
+
+    translate_table = {"starting": NodeState.PENDING, "idle": NodeState.IDLE, "running": NodeState.RUNNING,
+                       "stopping": NodeState.STOPPING, "stopped": NodeState.STOPPING}
+
+    def __init__(self, spec: PoolSpec, state_dir: Path | None = None, *, idle_exit_s: float = 120.0,
+                 env: dict[str, str] | None = None, **_ctx):
+        super().__init__(spec)
+        self.dir = Path(state_dir or default_state_dir()) / spec.name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = self.dir.parent.parent / "logs"
+        self.idle_exit_s = idle_exit_s
+        self.env = env
+
+    # -- observation -----------------------------------------------------------------
+    def _workers(self) -> dict[str, tuple[int, str]]:
+        """worker id -> (pid, native state), forgetting workers that have exited."""
+        found = {}
+        for pidfile in self.dir.glob("*.pid"):
+            wid = pidfile.stem
+            try:
+                pid = int(pidfile.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            if not _alive(pid):
+                for suffix in (".pid", ".json", ".stopping", ".tmp"):
+                    (self.dir / f"{wid}{suffix}").unlink(missing_ok=True)
+                continue
+            state = "starting"
+            try:
+                state = json.loads((self.dir / f"{wid}.json").read_text()).get("state", "starting")
+            except (OSError, ValueError):
+                pass
+            if (self.dir / f"{wid}.stopping").exists():
+                state = "stopping"
+            found[wid] = (pid, state)
+        return found
+
+    def status(self) -> PoolStatus:
+        workers = self._workers()
+        nodes = {wid: self.translate(state) for wid, (_, state) in workers.items()}
+        alive = sum(1 for s in nodes.values() if s in (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING))
+        return PoolStatus(self.spec.name, target=alive, nodes=nodes, dedicated=alive)
+
+    # -- action ----------------------------------------------------------------------
+    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+        """Local processes are never spot; ``spot`` is ignored."""
+        workers = self._workers()
+        live = {w: v for w, v in workers.items() if v[1] in ("starting", "idle", "running")}
+        if n > len(live):
+            for _ in range(n - len(live)):
+                self._spawn(set(workers))
+                workers = self._workers()
+        elif n < len(live):
+            idle = sorted((w for w, (_, s) in live.items() if s == "idle"), reverse=True)
+            for wid in idle[: len(live) - n]:
+                pid = live[wid][0]
+                (self.dir / f"{wid}.stopping").touch()
+                try:
+                    os.kill(pid, signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+
+    def _spawn(self, taken: set[str]) -> str:
+        index = 1
+        while f"{self.spec.name}-{index}" in taken:
+            index += 1
+        wid = f"{self.spec.name}-{index}"
+        env = dict(self.env if self.env is not None else os.environ)
+        env.update(UPWELL_NODE_ID=f"local-{wid}", UPWELL_STATE_FILE=str(self.dir / f"{wid}.json"),
+                   UPWELL_POOL=self.spec.name, UPWELL_VM_SIZE=self.spec.vm_size, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        logfile = open(self.log_dir / f"worker-{wid}.log", "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen([sys.executable, "-m", "workers.agent", "--pool", self.spec.name,
+                                 "--idle-exit", str(self.idle_exit_s)], cwd=REPO, env=env, stdout=logfile,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        logfile.close()
+        _CHILDREN[proc.pid] = proc
+        (self.dir / f"{wid}.json").unlink(missing_ok=True)
+        (self.dir / f"{wid}.stopping").unlink(missing_ok=True)
+        (self.dir / f"{wid}.pid").write_text(str(proc.pid))
+        return wid
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop every worker: SIGTERM (running payloads checkpoint), then SIGKILL after timeout."""
+        workers = self._workers()
+        for pid, _ in workers.values():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(pid) for pid, _ in workers.values()):
+            time.sleep(0.1)
+        for pid, _ in workers.values():
+            if _alive(pid):
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._workers()

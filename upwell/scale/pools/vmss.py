@@ -1,0 +1,153 @@
+"""VM Scale Set backend (azure-mgmt-compute): capacity up, chosen idle instances out.
+
+Growth raises a scale set's capacity (PATCH sku.capacity). Shrinking never
+lowers the capacity and lets Azure pick: it deletes specific instances that are
+booting, broken or idle (``delete_instances``), so a VM whose agent is running
+a shard stays. Which VMs are busy comes from ``busy_nodes`` (pool -> node ids
+the ledger shows running; the agent records the VM name as UPWELL_NODE_ID).
+Without that source every booted VM counts as running and nothing booted is
+removed: a VM alone cannot tell whether its agent is idle.
+
+ARM operations are long-running; ``scale_to`` starts them and returns (the
+SDK's pollers follow them on daemon threads, kept in ``pollers``); one that
+fails later (AllocationFailed ...) shows on the next ``status().message``.
+State kept: the spec, a lazily built ComputeManagementClient, the pollers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from upwell import logs
+from upwell.scale.policy import split
+from upwell.scale.pools import azure_common as az
+from upwell.scale.pools import build_vmss as build
+from upwell.scale.pools.azure_errors import translate
+from upwell.scale.pools.base import NodeState, PoolStatus
+
+log = logs.get("upwell.scale.pools.vmss")
+_ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
+_REMOVAL_ORDER = {NodeState.FAILED: 0, NodeState.UNKNOWN: 1, NodeState.PENDING: 2, NodeState.IDLE: 3}
+
+
+class VmssPool(az.ArmPool):
+    translate_table = {
+        "creating": NodeState.PENDING, "updating": NodeState.PENDING, "starting": NodeState.PENDING,
+        "running": NodeState.IDLE, "stopping": NodeState.STOPPING, "stopped": NodeState.STOPPING,
+        "deallocating": NodeState.STOPPING, "deallocated": NodeState.STOPPING, "deleting": NodeState.STOPPING,
+        "failed": NodeState.FAILED, "unknown": NodeState.UNKNOWN,
+    }
+
+    def _client_class(self) -> type:
+        from azure.mgmt.compute import ComputeManagementClient
+
+        return ComputeManagementClient
+
+    # -- the contract -------------------------------------------------------------------
+    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+        """Ask for n VMs, ``spot`` of them spot (default: spec.spot_share)."""
+        from azure.core.exceptions import AzureError
+
+        n = max(int(n), 0)
+        want = self._per_set(n, spot)
+        try:
+            vms = self._vms()
+            for (name, is_spot), count in want.items():
+                self._scale_set(name, is_spot, count, vms.get(name, []))
+        except AzureError as exc:
+            raise translate(exc, pool=self.spec.name, action=f"scale VM scale sets to {n}") from None
+
+    def _per_set(self, n: int, spot: int | None) -> dict[tuple[str, bool], int]:
+        sets = build.scale_sets(self.spec)
+        if len(sets) == 1:
+            return {sets[0]: n}
+        s = split(n, self.spec.spot_share)[0] if spot is None else min(max(int(spot), 0), n)
+        return {sets[0]: n - s, sets[1]: s}
+
+    def _scale_set(self, name: str, spot: bool, count: int, vms: list[Any]) -> None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            current = int(self.client.virtual_machine_scale_sets.get(self.rg, name).sku.capacity or 0)
+        except ResourceNotFoundError:
+            if count == 0:
+                return
+            self.pollers.add(f"create scale set {name}", self.client.virtual_machine_scale_sets.begin_create_or_update(
+                self.rg, name, build.scale_set(self.spec, spot, count)))
+            log.info("vmss.created", pool=self.spec.name, scale_set=name, capacity=count)
+            return
+        if count > current:
+            self.pollers.add(f"raise {name} to {count}", self.client.virtual_machine_scale_sets.begin_update(
+                self.rg, name, build.capacity_update(self.spec, count)))
+        elif count < current:
+            victims = self._victims(vms, current - count)
+            if victims:
+                self.pollers.add(f"delete idle instances of {name}",
+                                 self.client.virtual_machine_scale_sets.begin_delete_instances(
+                                     self.rg, name, build.delete_instances(victims)))
+
+    def _victims(self, vms: list[Any], k: int) -> list[str]:
+        busy = az.busy_set(self.busy_nodes, self.spec.name)
+        ranked = []
+        for vm in vms:
+            state = self._state(vm, busy)
+            if state in _REMOVAL_ORDER:
+                ranked.append((_REMOVAL_ORDER[state], str(vm.instance_id)))
+        return [iid for _, iid in sorted(ranked)[:k]]
+
+    def _state(self, vm: Any, busy: set[str] | None) -> NodeState:
+        state = self.translate(build.vm_state(vm))
+        if state is NodeState.IDLE and (busy is None or vm.name in busy):
+            return NodeState.RUNNING  # unknown or busy: never a scale-in victim
+        return state
+
+    def _vms(self) -> dict[str, list[Any]]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        out: dict[str, list[Any]] = {}
+        for name, _ in build.scale_sets(self.spec):
+            try:
+                out[name] = list(self.client.virtual_machine_scale_set_vms.list(self.rg, name, expand="instanceView"))
+            except ResourceNotFoundError:
+                out[name] = []
+        return out
+
+    def status(self) -> PoolStatus:
+        from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+        busy = az.busy_set(self.busy_nodes, self.spec.name)
+        nodes: dict[str, NodeState] = {}
+        target = spot = dedicated = 0
+        try:
+            vms = self._vms()
+            for name, is_spot in build.scale_sets(self.spec):
+                try:
+                    target += int(self.client.virtual_machine_scale_sets.get(self.rg, name).sku.capacity or 0)
+                except ResourceNotFoundError:
+                    continue
+                for vm in vms.get(name, []):
+                    state = self._state(vm, busy)
+                    nodes[str(vm.name)] = state
+                    if state in _ALIVE:
+                        spot += is_spot
+                        dedicated += not is_spot
+        except AzureError as exc:
+            raise translate(exc, pool=self.spec.name, action="read VM scale sets") from None
+        error = self.pollers.check()
+        return PoolStatus(self.spec.name, target=target, nodes=nodes, spot=spot, dedicated=dedicated,
+                          message=str(error) if error else "")
+
+    def quota(self) -> dict[str, int | str | None]:
+        """Free vCPUs: {"family", "cores", "spot_cores"} from the region's usage (None if not listed).
+
+        The autoscaler puts these into Observation.quota_cores and spot_quota_nodes."""
+        from azure.core.exceptions import AzureError
+
+        family = str(self.spec.options.get("quota_family") or "")
+        try:
+            usages = list(self.client.usage.list(str(az.opt(self.spec, "location"))))
+        except AzureError as exc:
+            raise translate(exc, pool=self.spec.name, action="read compute quota") from None
+        return {"family": family, "cores": build.quota_free(usages, family) if family else None,
+                "spot_cores": build.quota_free(usages, "lowPriorityCores")}
+

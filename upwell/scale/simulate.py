@@ -1,0 +1,559 @@
+"""A discrete-event simulation of one worker pool under a workload trace.
+
+It compares scaling policies (upwell.scale.baselines) on the same trace with
+the same random draws: the k-th node any policy asks for boots in the same
+time, and a spot node's eviction comes the same time after it booted.
+
+The model:
+- tasks arrive on the queue (the trace), workers take them first-come first-served;
+- a node asked for boots for a delay drawn from a clipped lognormal (minutes,
+  e.g. median 6, 3-30 as on Batch) and is billed from the request until it is gone;
+- a spot node may be evicted (Poisson, per spot node-hour) with 30 s notice: it
+  takes no task in the notice; its task goes back to the queue, keeping the work
+  up to its last checkpoint; the platform replaces the node (the target is kept);
+- the policy's Plan is applied at once: asked-for nodes start booting; removal
+  follows the plan's mode (idle / taskcompletion / kill, see simulate_policies);
+- with a budget in the trace, no task is dispatched once the spend reaches it
+  (upwell stops dispatching a job over its budget);
+- under ``kill`` (Kubernetes) a node whose pod went stays billed, idle, for
+  ``linger_s`` (cluster-autoscaler's scale-down-unneeded-time, 10 min) and is
+  reused at once if a pod needs a node in that time.
+
+Measured per policy: tasks completed, makespan (first arrival to last completion), cost (node-hours
+x price, until the pool is empty), idle node-minutes (booted, no task), boot
+node-minutes, p95 queue wait (a task's time visible on the queue, all attempts),
+work lost to kills and evictions, and cost x makespan.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from upwell import REPO
+from upwell.errors import ConfigError
+from upwell.scale.baselines import DEFAULT_POLICIES, Plan, make_policy, pool_spec
+
+TRACES_DIR = REPO / "samples" / "traces"
+DEFAULT_TRACES = ("burst.json", "trickle.json", "instrument-day.json")
+NOTICE_S = 30.0  # spot eviction notice
+SAMPLE_S = 30.0  # time-series and Batch metric sampling
+LINGER_S = 600.0  # cluster-autoscaler scale-down-unneeded-time default
+
+
+# --- traces ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Trace:
+    """A workload and the pool it runs on; ``arrivals`` are expanded with the seed."""
+
+    name: str
+    description: str
+    arrivals: tuple[dict, ...]
+    max_nodes: int = 20
+    tasks_per_node: int = 1
+    spot_share: float = 0.0
+    price_key: str = "Standard_D4s_v5"
+    price_per_node_hour: float | None = None
+    spot_price_per_node_hour: float | None = None
+    boot_median_min: float = 6.0
+    boot_sigma: float = 0.5
+    boot_min_min: float = 3.0
+    boot_max_min: float = 30.0
+    evictions_per_spot_node_hour: float = 0.0
+    checkpoint_min: float = 0.0  # 0: a task restarts from scratch
+    budget_usd: float | None = None
+
+    def prices(self) -> tuple[float, float]:
+        if self.price_per_node_hour is not None:
+            p = float(self.price_per_node_hour)
+            return p, float(self.spot_price_per_node_hour if self.spot_price_per_node_hour is not None else p)
+        from upwell import cost
+
+        return cost.price(self.price_key), cost.price(self.price_key, spot=True)
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Read a trace JSON file; a bare name is looked up in samples/traces/."""
+    p = Path(path)
+    if not p.exists() and (TRACES_DIR / p.name).exists():
+        p = TRACES_DIR / p.name
+    if not p.exists() and (TRACES_DIR / f"{p.name}.json").exists():
+        p = TRACES_DIR / f"{p.name}.json"
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"trace {str(path)!r} not found (shipped: {sorted(DEFAULT_TRACES)})") from None
+    except ValueError as exc:
+        raise ConfigError(f"trace {p}: not valid JSON: {exc}") from None
+    pool = dict(data.get("pool") or {})
+    boot = dict(data.get("boot_minutes") or {})
+    known = set(Trace.__dataclass_fields__)
+    fields = {k: v for k, v in pool.items() if k in known}
+    fields.update({f"boot_{k}_min" if k in ("median", "min", "max") else f"boot_{k}": v for k, v in boot.items()})
+    for key in ("evictions_per_spot_node_hour", "checkpoint_min", "budget_usd"):
+        if key in data:
+            fields[key] = data[key]
+    return Trace(name=str(data.get("name") or p.stem), description=str(data.get("description", "")),
+                 arrivals=tuple(data.get("arrivals") or ()), **fields)
+
+
+def expand(trace: Trace, seed: int) -> list[tuple[float, float]]:
+    """(arrival s, duration s) of every task, sorted; the same for a seed."""
+    rng = random.Random(f"{trace.name}-tasks-{seed}")
+    tasks: list[tuple[float, float]] = []
+    for group in trace.arrivals:
+        dur, cv = float(group.get("duration_min", 1.0)) * 60, float(group.get("cv", 0.0))
+        times = _arrival_times(group, rng)
+        tasks += [(t, _duration(dur, cv, rng)) for t in times]
+    return sorted(tasks)
+
+
+def _arrival_times(group: dict, rng: random.Random) -> list[float]:
+    if "at_min" in group:
+        jitter = float(group.get("jitter_min", 0.0)) * 60
+        start = float(group["at_min"]) * 60 + (rng.uniform(-jitter, jitter) if jitter else 0.0)
+        spread = float(group.get("spread_min", 0.0)) * 60
+        return [max(start + (rng.uniform(0, spread) if spread else 0.0), 0.0) for _ in range(int(group["count"]))]
+    if "per_min" in group:
+        t, end, rate = float(group.get("from_min", 0)) * 60, float(group["to_min"]) * 60, float(group["per_min"]) / 60
+        out = []
+        while True:
+            t += rng.expovariate(rate)
+            if t >= end:
+                return out
+            out.append(t)
+    if "every_min" in group:  # periodic drops of `count` files
+        out = []
+        for k in range(int(group["times"])):
+            sub = {**group, "at_min": float(group.get("from_min", 0)) + k * float(group["every_min"])}
+            sub.pop("every_min")
+            out += _arrival_times(sub, rng)
+        return out
+    raise ConfigError(f"arrival group needs at_min, per_min or every_min: {group}")
+
+
+def _duration(mean_s: float, cv: float, rng: random.Random) -> float:
+    if cv <= 0:
+        return mean_s
+    sigma = math.sqrt(math.log(1 + cv * cv))
+    return mean_s * math.exp(rng.gauss(-sigma * sigma / 2, sigma))
+
+
+# --- the engine ----------------------------------------------------------------------
+
+@dataclass
+class Task:
+    id: int
+    arrival: float
+    duration: float
+    queued_at: float
+    waited: float = 0.0
+    done_work: float = 0.0  # checkpointed progress kept across attempts
+    start: float | None = None
+    end: float | None = None
+    lost: float = 0.0
+
+
+@dataclass
+class Node:
+    id: int
+    spot: bool
+    requested: float
+    ready_at: float
+    state: str = "booting"  # booting | idle | busy | draining | linger | gone
+    task: Task | None = None
+    epoch: int = 0  # invalidates a stale "done" event after a kill or eviction
+    since: float = 0.0  # when the current idle/linger stretch began
+    noticed: bool = False  # eviction notice received: takes no task
+    orphan: bool = False  # its pod went while it booted (Kubernetes): lingers once ready
+    pod_ready: float = 0.0  # when the worker on it last became ready (Kubernetes' deletion order)
+    gone_at: float | None = None
+
+
+@dataclass(frozen=True)
+class View:
+    visible: int
+    busy: int
+    alive: int  # booting + idle + busy (not leaving)
+    booting: int
+    spot: int
+
+
+@dataclass
+class Result:
+    trace: str
+    policy: str
+    tasks: int
+    makespan_min: float
+    cost_usd: float
+    idle_node_min: float
+    boot_node_min: float
+    p95_wait_min: float
+    lost_task_min: float
+    evictions: int
+    peak_nodes: int
+    completed: int = 0
+    series: dict[str, list[float]] = field(default_factory=dict, repr=False)
+
+    @property
+    def cost_x_makespan(self) -> float:
+        return self.cost_usd * self.makespan_min / 60.0  # USD x hours
+
+    def row(self) -> dict[str, Any]:
+        return {"trace": self.trace, "policy": self.policy, "tasks": self.tasks, "completed": self.completed,
+                "makespan_min": round(self.makespan_min, 2), "cost_usd": round(self.cost_usd, 4),
+                "idle_node_min": round(self.idle_node_min, 1), "boot_node_min": round(self.boot_node_min, 1),
+                "p95_wait_min": round(self.p95_wait_min, 2), "lost_task_min": round(self.lost_task_min, 1),
+                "evictions": self.evictions, "peak_nodes": self.peak_nodes,
+                "cost_x_makespan_usd_h": round(self.cost_x_makespan, 4)}
+
+
+class Draws:
+    """Common random numbers: the k-th node's boot delay and eviction delay, per seed."""
+
+    def __init__(self, trace: Trace, seed: int):
+        self.trace = trace
+        self.rng = random.Random(f"{trace.name}-nodes-{seed}")
+        self.boots: list[float] = []
+        self.evicts: list[float] = []
+
+    def boot_s(self, k: int) -> float:
+        t = self.trace
+        while len(self.boots) <= k:
+            minutes = t.boot_median_min * math.exp(self.rng.gauss(0, t.boot_sigma))
+            self.boots.append(60 * min(max(minutes, t.boot_min_min), t.boot_max_min))
+            rate = t.evictions_per_spot_node_hour / 3600
+            self.evicts.append(self.rng.expovariate(rate) if rate > 0 else math.inf)
+        return self.boots[k]
+
+    def evict_s(self, k: int) -> float:
+        self.boot_s(k)
+        return self.evicts[k]
+
+
+class Sim:
+    """One policy on one trace. State: the clock, the event heap, nodes, the queue, counters."""
+
+    def __init__(self, trace: Trace, policy: Any, tasks: list[tuple[float, float]], draws: Draws,
+                 linger_s: float = LINGER_S):
+        self.trace, self.policy, self.draws = trace, policy, draws
+        self.linger_s = linger_s
+        self.price, self.spot_price = trace.prices()
+        self.now = 0.0
+        self.events: list[tuple[float, int, str, Any]] = []
+        self.seq = 0
+        self.nodes: list[Node] = []
+        self.queue: deque[Task] = deque()
+        self.tasks = [Task(i, a, d, a) for i, (a, d) in enumerate(tasks)]
+        self.done = 0
+        self.preemptions: list[float] = []
+        self.idle_s = 0.0
+        self.finished_durations: list[float] = []
+        self.series: dict[str, list[float]] = {"t_min": [], "backlog": [], "visible": [], "nodes": [], "busy": []}
+        for task in self.tasks:
+            self._at(task.arrival, "arrive", task)
+        self._at(getattr(policy, "first_eval_s", 0.0), "eval", None)
+        self._at(0.0, "sample", None)
+
+    # -- events -----------------------------------------------------------------------
+    def _at(self, t: float, kind: str, payload: Any) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, payload))
+
+    def run(self, max_s: float) -> Result:
+        while self.events:
+            t, _, kind, payload = heapq.heappop(self.events)
+            if t > max_s:
+                break
+            self.now = t
+            getattr(self, f"_on_{kind}")(payload)
+            if self.done == len(self.tasks) and not any(n.state != "gone" for n in self.nodes):
+                break
+        return self._result()
+
+    def _on_arrive(self, task: Task) -> None:
+        task.queued_at = self.now
+        self.queue.append(task)
+        self._dispatch()
+
+    def _on_ready(self, node: Node) -> None:
+        if node.state != "booting":
+            return
+        if node.orphan:
+            self._set(node, "linger")
+            self._at(self.now + self.linger_s, "release", (node, node.epoch))
+            return
+        self._set(node, "idle")
+        node.pod_ready = self.now
+        delay = self.draws.evict_s(node.id) if node.spot else math.inf
+        if delay < math.inf:
+            self._at(self.now + max(delay - NOTICE_S, 0.0), "notice", (node, node.epoch))
+            self._at(self.now + delay, "evict", (node, node.epoch))
+        self._dispatch()
+
+    def _on_done(self, payload: tuple[Node, int]) -> None:
+        node, epoch = payload
+        if epoch != node.epoch or node.task is None:
+            return
+        task, node.task = node.task, None
+        task.end = self.now
+        self.done += 1
+        self.finished_durations.append(task.duration)
+        if node.state == "draining":
+            self._gone(node)
+        else:
+            self._set(node, "idle")
+        self._dispatch()
+
+    def _on_notice(self, payload: tuple[Node, int]) -> None:
+        node, epoch = payload
+        if epoch == node.epoch and node.state in ("idle", "busy"):
+            node.noticed = True
+
+    def _on_evict(self, payload: tuple[Node, int]) -> None:
+        node, epoch = payload
+        if epoch != node.epoch or node.state in ("gone", "linger"):
+            return
+        self.preemptions.append(self.now)
+        replace_it = node.state in ("idle", "busy")
+        self._stop(node)
+        if replace_it:
+            self._add(True)  # the platform keeps its target: a new spot node is asked for
+        self._dispatch()
+
+    def _on_release(self, payload: tuple[Node, int]) -> None:
+        node, epoch = payload
+        if epoch == node.epoch and node.state == "linger":
+            self._gone(node)
+
+    def _on_sample(self, _: Any) -> None:
+        v = self.view()
+        for key, value in (("t_min", self.now / 60), ("backlog", v.visible + v.busy), ("visible", v.visible),
+                           ("nodes", v.alive), ("busy", v.busy)):
+            self.series[key].append(value)
+        self.policy.sample(self)
+        self._at(self.now + SAMPLE_S, "sample", None)
+
+    def _on_eval(self, _: Any) -> None:
+        self.apply(self.policy.evaluate(self))
+        self._at(self.now + self.policy.interval_s, "eval", None)
+
+    # -- nodes and tasks ----------------------------------------------------------------
+    def _set(self, node: Node, state: str) -> None:
+        if node.state in ("idle", "linger"):
+            self.idle_s += self.now - node.since
+        node.state, node.since = state, self.now
+
+    def _gone(self, node: Node) -> None:
+        self._set(node, "gone")
+        node.gone_at = self.now
+        node.epoch += 1
+
+    def _stop(self, node: Node) -> None:
+        """The node goes now; a task on it goes back to the queue (work since the checkpoint is lost)."""
+        if node.task is not None:
+            self._requeue(node.task, self.now - node.task.start)
+            node.task = None
+        self._gone(node)
+
+    def _requeue(self, task: Task, ran: float) -> None:
+        ckpt = self.trace.checkpoint_min * 60
+        kept = math.floor(ran / ckpt) * ckpt if ckpt > 0 else 0.0
+        task.lost += ran - kept
+        task.done_work += kept
+        task.queued_at = self.now
+        self.queue.appendleft(task)
+
+    def _dispatch(self) -> None:
+        if self.trace.budget_usd is not None and self.cost() >= self.trace.budget_usd:
+            return  # the job is over its budget: upwell stops dispatching it (its nodes fall idle)
+        for node in self.nodes:
+            if not self.queue:
+                return
+            if node.state == "idle" and not node.noticed:
+                task = self.queue.popleft()
+                task.waited += self.now - task.queued_at
+                task.start = self.now
+                self._set(node, "busy")
+                node.task = task
+                self._at(self.now + max(task.duration - task.done_work, 0.0), "done", (node, node.epoch))
+
+    def _add(self, spot: bool) -> None:
+        reuse = next((n for n in self.nodes if n.spot == spot and n.state == "linger"), None) or next(
+            (n for n in self.nodes if n.spot == spot and n.state == "booting" and n.orphan), None)
+        if reuse is not None:
+            if reuse.state == "linger":
+                self._set(reuse, "idle")
+                reuse.epoch += 1
+                reuse.pod_ready = self.now
+            reuse.orphan = False
+            return
+        k = len(self.nodes)
+        node = Node(k, spot, self.now, self.now + self.draws.boot_s(k), since=self.now)
+        self.nodes.append(node)
+        self._at(node.ready_at, "ready", node)
+
+    def apply(self, plan: Plan) -> None:
+        for spot, want in ((True, plan.spot), (False, plan.dedicated)):
+            alive = [n for n in self.nodes if n.spot == spot and self._alive(n)]
+            for _ in range(max(want - len(alive), 0)):
+                self._add(spot)
+            if want < len(alive):
+                self._shrink(alive, len(alive) - want, plan.mode)
+        self._dispatch()
+
+    @staticmethod
+    def _alive(n: Node) -> bool:
+        return n.state in ("idle", "busy") or (n.state == "booting" and not n.orphan)
+
+    def _shrink(self, alive: list[Node], k: int, mode: str) -> None:
+        booting = sorted((n for n in alive if n.state == "booting"), key=lambda n: -n.ready_at)
+        idle = [n for n in alive if n.state == "idle"]
+        busy = [n for n in alive if n.state == "busy"]
+        if mode == "kill":  # ReplicaSet: not-ready first, then the newest ready pods, busy or not
+            ready = sorted(idle + busy, key=lambda n: -n.pod_ready)
+            for node in (booting + ready)[:k]:
+                self._kill_pod(node)
+            return
+        order = booting + idle + (busy if mode == "taskcompletion" else [])
+        for node in order[:k]:
+            if node.state == "busy":
+                node.state = "draining"  # taskcompletion: leaves when its task is done
+            else:
+                self._gone(node)
+
+    def _kill_pod(self, node: Node) -> None:
+        if node.state == "booting":
+            node.orphan = True
+            return
+        if node.task is not None:
+            self._requeue(node.task, self.now - node.task.start)
+            node.task = None
+        self._set(node, "linger")
+        node.epoch += 1
+        self._at(self.now + self.linger_s, "release", (node, node.epoch))
+
+    # -- what policies see ----------------------------------------------------------------
+    def view(self) -> View:
+        alive = [n for n in self.nodes if self._alive(n)]
+        return View(visible=len(self.queue), busy=sum(1 for n in self.nodes if n.task is not None),
+                    alive=len(alive), booting=sum(1 for n in alive if n.state == "booting"),
+                    spot=sum(1 for n in alive if n.spot))
+
+    def preemptions_since(self, t: float) -> int:
+        return sum(1 for p in self.preemptions if p >= t)
+
+    def cost(self) -> float:
+        return sum(((n.gone_at if n.gone_at is not None else self.now) - n.requested) / 3600
+                   * (self.spot_price if n.spot else self.price) for n in self.nodes)
+
+    def mean_task_s(self) -> float | None:
+        d = self.finished_durations
+        return sum(d) / len(d) if d else None
+
+    def mean_boot_s(self) -> float:
+        """Mean boot time seen so far; before any boot, the trace's median (what the docs would say)."""
+        booted = [n.ready_at - n.requested for n in self.nodes if n.ready_at <= self.now]
+        return sum(booted) / len(booted) if booted else self.trace.boot_median_min * 60
+
+    def _result(self) -> Result:
+        for node in self.nodes:  # close open idle stretches at the end
+            if node.state in ("idle", "linger"):
+                self._set(node, node.state)
+        first = min((t.arrival for t in self.tasks), default=0.0)
+        last = max((t.end for t in self.tasks if t.end is not None), default=first)
+        waits = sorted(t.waited + (self.now - t.queued_at if t.end is None and t.start is None else 0.0)
+                       for t in self.tasks)
+        boot = sum(min(n.ready_at, n.gone_at if n.gone_at is not None else self.now) - n.requested
+                   for n in self.nodes)
+        return Result(self.trace.name, getattr(self.policy, "name", "?"), len(self.tasks), (last - first) / 60,
+                      self.cost(), self.idle_s / 60, max(boot, 0.0) / 60, _p95(waits) / 60,
+                      sum(t.lost for t in self.tasks) / 60, len(self.preemptions),
+                      max(self.series["nodes"], default=0), self.done, self.series)
+
+
+def _p95(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    k = max(math.ceil(0.95 * len(values)) - 1, 0)
+    return sorted(values)[k]
+
+
+# --- running and comparing ------------------------------------------------------------
+
+def run(trace: Trace, policy: str, seed: int = 0, *, max_nodes: int | None = None,
+        spot_share: float | None = None, linger_s: float = LINGER_S) -> Result:
+    """One policy on one trace. ``linger_s``: how long a Kubernetes node stays after its pod went."""
+    spec = pool_spec(trace.name, max_nodes=max_nodes or trace.max_nodes, tasks_per_node=trace.tasks_per_node,
+                     spot_share=trace.spot_share if spot_share is None else spot_share, price_key=trace.price_key)
+    if spot_share is not None:
+        trace = _with(trace, spot_share=spot_share)
+    tasks = expand(trace, seed)
+    sim = Sim(trace, make_policy(policy, spec, seed, trace.budget_usd), tasks, Draws(trace, seed), linger_s)
+    horizon = max((a for a, _ in tasks), default=0.0) + sum(d for _, d in tasks) + 48 * 3600
+    return sim.run(horizon)
+
+
+def compare(traces: list[Trace], seed: int = 0, policies: tuple[str, ...] = DEFAULT_POLICIES, *,
+            max_nodes: int | None = None, spot_share: float | None = None,
+            linger_s: float = LINGER_S) -> dict[str, list[Result]]:
+    """Every policy on every trace: {trace name: [Result per policy]}."""
+    return {t.name: [run(t, p, seed, max_nodes=max_nodes, spot_share=spot_share, linger_s=linger_s)
+                     for p in policies] for t in traces}
+
+
+def _with(trace: Trace, **changes: Any) -> Trace:
+    from dataclasses import replace
+
+    return replace(trace, **changes)
+
+
+def plot(trace: str, results: list[Result], path: Path) -> Path:
+    """Pool size and backlog over time, one panel per policy, to a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.4 * len(results)), sharex=True, squeeze=False)
+    top_nodes = max(max(r.series["nodes"], default=0) for r in results) * 1.08 + 0.5
+    top_backlog = max(max(r.series["backlog"], default=0) for r in results) * 1.08 + 0.5
+    for ax, r in zip(axes[:, 0], results, strict=True):
+        s = r.series
+        ax.plot(s["t_min"], s["nodes"], color="tab:blue", label="nodes", drawstyle="steps-post")
+        ax.plot(s["t_min"], s["busy"], color="tab:green", label="busy", linewidth=0.8, drawstyle="steps-post")
+        ax.set_ylabel("nodes")
+        ax.set_ylim(0, top_nodes)
+        twin = ax.twinx()
+        twin.plot(s["t_min"], s["backlog"], color="tab:orange", alpha=0.7, label="backlog", drawstyle="steps-post")
+        twin.set_ylabel("backlog")
+        twin.set_ylim(0, top_backlog)
+        ax.set_title(f"{r.policy}: {r.makespan_min:.1f} min, ${r.cost_usd:.2f}, idle {r.idle_node_min:.0f} node-min",
+                     fontsize=9, loc="left")
+        lines = ax.get_lines() + twin.get_lines()
+        ax.legend(lines, [ln.get_label() for ln in lines], loc="upper right", fontsize=7)
+    axes[-1, 0].set_xlabel("minutes")
+    fig.suptitle(f"{trace}: pool size vs backlog", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(results: dict[str, list[Result]], out: Path, *, plots: bool = True) -> list[Path]:
+    """summary.json (every row) and one PNG per trace under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [r.row() for rs in results.values() for r in rs]
+    paths = [out / "summary.json"]
+    paths[0].write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    if plots:
+        paths += [plot(name, rs, out / f"{name}.png") for name, rs in results.items()]
+    return paths
