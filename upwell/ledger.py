@@ -26,7 +26,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 
 from upwell import names
 from upwell.errors import TransientError
-from upwell.storage import Storage, translate
+from upwell.storage import Storage, storage_error
 from upwell.timeutil import now_iso
 
 TERMINAL_SHARD = ("succeeded", "failed")
@@ -80,7 +80,7 @@ class Ledger:
         except ResourceNotFoundError:
             return None
         except AzureError as exc:
-            raise translate(exc, f"read job {job_id}") from None
+            raise storage_error(exc, f"read job {job_id}") from None
 
     def shard(self, job_id: str, shard_id: str) -> dict | None:
         try:
@@ -88,7 +88,7 @@ class Ledger:
         except ResourceNotFoundError:
             return None
         except AzureError as exc:
-            raise translate(exc, f"read shard {job_id}/{shard_id}") from None
+            raise storage_error(exc, f"read shard {job_id}/{shard_id}") from None
 
     def shards(self, job_id: str) -> list[dict]:
         rows = self.table.query_entities("PartitionKey eq @pk and RowKey ne @job",
@@ -127,7 +127,7 @@ class Ledger:
         except ResourceExistsError:
             return self.job(row["job_id"]) or entity, False
         except AzureError as exc:
-            raise translate(exc, "create job") from None
+            raise storage_error(exc, "create job") from None
 
     def add_shards(self, job_id: str, rows: list[dict]) -> None:
         """Create shard rows in transactions of 100; rows that exist are left alone."""
@@ -163,7 +163,7 @@ class Ledger:
                 return fields
             except (ResourceModifiedError, HttpResponseError) as exc:
                 if not _conflict(exc):
-                    raise translate(exc, "update shard") from None
+                    raise storage_error(exc, "update shard") from None
         raise TransientError(f"shard {job_id}/{shard_id}: too much contention")
 
     def shard_started(self, job_id: str, shard_id: str, *, node: str, pool: str, attempt: int,
@@ -274,7 +274,7 @@ class Ledger:
                 return Completion(True, job_done, job_fields.get("status", job.get("status", "")))
             except (TableTransactionError, ResourceModifiedError, HttpResponseError) as exc:
                 if not _conflict(exc):
-                    raise translate(exc, "finish shard") from None
+                    raise storage_error(exc, "finish shard") from None
                 time.sleep(0.01)
         raise TransientError(f"job {job_id}: too much contention finishing {shard_id}")
 
@@ -297,4 +297,4 @@ class Ledger:
         except (ResourceModifiedError, HttpResponseError) as exc:
             if _conflict(exc):
                 return False
-            raise translate(exc, "claim report") from None
+            raise storage_error(exc, "claim report") from None

@@ -62,7 +62,7 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def translate(exc: AzureError, what: str) -> Exception:
+def storage_error(exc: AzureError, what: str) -> Exception:
     """Translate an SDK error into upwell's hierarchy (callers ``raise ... from None``)."""
     if is_transient(exc):
         return TransientError(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
@@ -131,7 +131,7 @@ class Storage:
         except ResourceNotFoundError:
             raise
         except AzureError as exc:
-            raise translate(exc, f"read {path}") from None
+            raise storage_error(exc, f"read {path}") from None
 
     def write(self, path: str, data: bytes | Any, *, overwrite: bool = True, content_type: str | None = None,
               metadata: dict[str, str] | None = None) -> bool:
@@ -152,16 +152,16 @@ class Storage:
         except HttpResponseError as exc:
             if exc.status_code in (409, 412):
                 return False
-            raise translate(exc, f"write {path}") from None
+            raise storage_error(exc, f"write {path}") from None
         except AzureError as exc:
-            raise translate(exc, f"write {path}") from None
+            raise storage_error(exc, f"write {path}") from None
 
     def exists(self, path: str) -> bool:
         container, name = split_path(path)
         try:
             return self.blob(container, name).exists()
         except AzureError as exc:
-            raise translate(exc, f"exists {path}") from None
+            raise storage_error(exc, f"exists {path}") from None
 
     def list(self, container: str, prefix: str | None = None) -> Iterator[Any]:
         return self.container(container).list_blobs(name_starts_with=prefix)

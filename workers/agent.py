@@ -29,10 +29,11 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core.exceptions import AzureError
 
 from upwell import logs, names
 from upwell.errors import DecodeError, InputRejected, TransientError
+from upwell.lease import Lease
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, decode
 from upwell.settings import Settings
@@ -69,35 +70,6 @@ class AgentConfig:
                   retry_backoff_s=float(env.get("UPWELL_RETRY_BACKOFF_S", "2")))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
-
-
-class Lease:
-    """The message in hand and its latest pop receipt; extended from the launcher's tick."""
-
-    def __init__(self, queue, msg, lease_s: int):
-        self.queue, self.msg, self.lease_s = queue, msg, lease_s
-        self.receipt = msg.pop_receipt
-        self._lock = threading.Lock()
-        self._last = time.monotonic()
-
-    def extend(self, force: bool = False) -> None:
-        with self._lock:
-            if not force and time.monotonic() - self._last < self.lease_s / 3:
-                return
-            updated = self.queue.update_message(self.msg.id, pop_receipt=self.receipt, visibility_timeout=self.lease_s)
-            self.receipt = updated.pop_receipt
-            self._last = time.monotonic()
-
-    def release(self, delay_s: int = 0) -> None:
-        with self._lock:
-            self.queue.update_message(self.msg.id, pop_receipt=self.receipt, visibility_timeout=int(delay_s))
-
-    def ack(self) -> None:
-        with self._lock:
-            try:
-                self.queue.delete_message(self.msg.id, self.receipt)
-            except ResourceNotFoundError:
-                pass  # already gone: the effect is recorded, nothing to do
 
 
 class Agent:
@@ -148,17 +120,17 @@ class Agent:
 
     def handle(self, msg) -> str:
         """Process one message; returns what happened (for tests and logs)."""
-        lease = Lease(self.queue, msg, self.config.lease_s)
+        lease = Lease(self.queue, msg, self.config.lease_s, min_renew_s=self.config.lease_s / 3)
         try:
             item = decode(msg.content)
         except DecodeError as exc:
             self.poison.send_message(msg.content)
-            lease.ack()
+            lease.delete()
             self.log.error("agent.undecodable", error=str(exc), message_id=msg.id)
             return "poisoned-undecodable"
         log = self.log.bind(job_id=item.job_id, shard_id=item.shard_id)
         if self.storage.exists(f"{names.RESULTS}/{item.result_blob}"):
-            lease.ack()
+            lease.delete()
             log.info("agent.duplicate", dequeue_count=msg.dequeue_count)
             return "duplicate"
         shard = self.ledger.shard(item.job_id, item.shard_id) or {}
@@ -177,7 +149,7 @@ class Agent:
         attempt = msg.dequeue_count
         if not self.ledger.shard_started(item.job_id, item.shard_id, node=self.config.node_id, pool=self.config.pool,
                                          attempt=attempt, spot=self.config.spot):
-            lease.ack()
+            lease.delete()
             return "duplicate"
         if cap and self._over_cap(item, cap, started=True):  # lost a race for the last slot
             return self._defer(item, lease, cap, log, started=True)
@@ -220,7 +192,7 @@ class Agent:
             log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             try:
                 result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                     stop=self.stop, on_tick=lease.extend)
+                                     stop=self.stop, on_tick=lease.renew)
             except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
                 return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
                                     started=started)
@@ -261,7 +233,7 @@ class Agent:
             results.write(self.storage, item, doc)
             if self._cap(job):
                 self.ledger.shard_released(item.job_id, item.shard_id)  # its slot is free before collect
-            lease.ack()
+            lease.delete()
             log.info("agent.succeeded", run_s=round(result.run_s, 3))
             return "succeeded"
         error = f"payload exited with code {result.exit_code}"
@@ -287,11 +259,11 @@ class Agent:
         if poison:
             # Before the result: once the result exists, a redelivery only acks, so a crash between
             # the two would lose the poison copy. This order can at worst send it twice.
-            self.poison.send_message(lease.msg.content)
+            self.poison.send_message(lease.message.content)
         results.write(self.storage, item, doc)
         if self._cap(job):
             self.ledger.shard_released(item.job_id, item.shard_id)
-        lease.ack()
+        lease.delete()
         log.error("agent.poisoned" if poison else "agent.dropped", error=error)
         return "poisoned" if poison else "dropped"
 

@@ -18,9 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import structlog
-
-from upwell import cost
+from upwell import cost, logs
 from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
 from upwell.results.report import gantt, plots
@@ -30,7 +28,7 @@ from upwell.results.report.summary import scale_points, summarize
 
 __all__ = ["build_report"]
 
-log = structlog.get_logger(__name__)
+log = logs.get("upwell.results.report")
 Fetch = Callable[[str], bytes]
 
 

@@ -20,7 +20,7 @@ from upwell import logs
 from upwell.scale.policy import split
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools import build_aci as build
-from upwell.scale.pools.azure_errors import translate
+from upwell.scale.pools.azure_errors import pool_error
 from upwell.scale.pools.base import NodeState, PoolStatus
 
 log = logs.get("upwell.scale.pools.aci")
@@ -53,7 +53,7 @@ class AciPool(az.ArmPool):
             if native == "unknown":
                 group = self.client.container_groups.get(self.rg, group.name)
                 native = build.group_state(group)
-            state = self.translate(native)
+            state = self.node_state(native)
             if state is NodeState.IDLE and (busy is None or group.name in busy):
                 state = NodeState.RUNNING
             out.append((group, state))
@@ -81,7 +81,7 @@ class AciPool(az.ArmPool):
                 for _, name in victims:
                     self._delete(name, "delete idle group")
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"scale container groups to {n}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"scale container groups to {n}") from None
 
     def _create(self, *, spot: bool) -> None:
         name = build.group_name(self.spec)
@@ -98,7 +98,7 @@ class AciPool(az.ArmPool):
         try:
             groups = self._groups()
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action="list container groups") from None
+            raise pool_error(exc, pool=self.spec.name, action="list container groups") from None
         nodes = {g.name: s for g, s in groups}
         spot = sum(1 for g, s in groups if s in _ALIVE and str(g.priority or "").lower() == "spot")
         alive = sum(1 for _, s in groups if s in _ALIVE)

@@ -120,7 +120,7 @@ def arm_client(cred: Any, **client_kwargs: Any) -> Any:
 def arm_put(client: Any, path: str, api_version: str, body: dict, *, polling_interval: float = 30.0) -> Any:
     """PUT an ARM resource and follow its long-running operation; returns the final JSON.
 
-    Raises azure-core HttpResponseError on failure (translate it in the backend).
+    Raises azure-core HttpResponseError on failure (pool_error() translates it in the backend).
     """
     from azure.core.exceptions import HttpResponseError
     from azure.core.polling import LROPoller
@@ -168,7 +168,7 @@ class Pollers:
     def check(self) -> Any:
         from azure.core.exceptions import AzureError
 
-        from upwell.scale.pools.azure_errors import translate
+        from upwell.scale.pools.azure_errors import pool_error
 
         still = []
         for action, poller in self.running:
@@ -179,7 +179,7 @@ class Pollers:
                 poller.result(timeout=0)
                 self.error = None
             except AzureError as exc:
-                self.error = translate(exc, pool=self.pool, action=action)
+                self.error = pool_error(exc, pool=self.pool, action=action)
         self.running = still
         return self.error
 

@@ -73,7 +73,7 @@ class WorkerPool(abc.ABC):
     def __init__(self, spec: PoolSpec):
         self.spec = spec
 
-    def translate(self, native: str) -> NodeState:
+    def node_state(self, native: str) -> NodeState:
         return self.translate_table.get(str(native).lower(), NodeState.UNKNOWN)
 
     @abc.abstractmethod

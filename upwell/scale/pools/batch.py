@@ -26,7 +26,7 @@ from upwell import logs
 from upwell.scale.policy import split
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools import build_batch as build
-from upwell.scale.pools.azure_errors import describe_resize_errors, translate
+from upwell.scale.pools.azure_errors import describe_resize_errors, pool_error
 from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 
 log = logs.get("upwell.scale.pools.batch")
@@ -88,7 +88,7 @@ class BatchPool(WorkerPool):
         try:
             self._get_or_create(create=True)
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"create Batch pool {self.pool_id}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"create Batch pool {self.pool_id}") from None
         return self._created
 
     def _get_or_create(self, *, create: bool) -> Any:
@@ -121,7 +121,7 @@ class BatchPool(WorkerPool):
                 return  # no pool and nothing asked for
             self._resize(pool, dedicated, spot)
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"resize Batch pool {self.pool_id} to {n}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"resize Batch pool {self.pool_id} to {n}") from None
 
     def _resize(self, pool: Any, dedicated: int, spot: int) -> None:
         state = _s(pool.allocation_state) or "steady"
@@ -166,11 +166,11 @@ class BatchPool(WorkerPool):
                 return PoolStatus(self.spec.name, target=0, message=f"Batch pool {self.pool_id} does not exist yet")
             nodes = list(self.client.list_nodes(self.pool_id))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"read Batch pool {self.pool_id}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"read Batch pool {self.pool_id}") from None
         busy = az.busy_set(self.busy_nodes, self.spec.name)
         states, spot, dedicated = {}, 0, 0
         for node in nodes:
-            state = self.translate(_s(node.state))
+            state = self.node_state(_s(node.state))
             if state is NodeState.IDLE and busy is not None and node.id in busy:
                 state = NodeState.RUNNING
             states[node.id] = state
@@ -190,7 +190,7 @@ class BatchPool(WorkerPool):
         try:
             self.client.create_task(job_id, task)
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"add task {getattr(task, 'id', '')}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"add task {getattr(task, 'id', '')}") from None
 
     def close(self) -> None:
         for c in (self._client, self._arm):

@@ -86,7 +86,7 @@ class LocalPool(WorkerPool):
 
     def status(self) -> PoolStatus:
         workers = self._workers()
-        nodes = {wid: self.translate(state) for wid, (_, state) in workers.items()}
+        nodes = {wid: self.node_state(state) for wid, (_, state) in workers.items()}
         alive = sum(1 for s in nodes.values() if s in (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING))
         return PoolStatus(self.spec.name, target=alive, nodes=nodes, dedicated=alive)
 

@@ -22,7 +22,7 @@ from upwell import logs
 from upwell.scale.policy import split
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools import build_vmss as build
-from upwell.scale.pools.azure_errors import translate
+from upwell.scale.pools.azure_errors import pool_error
 from upwell.scale.pools.base import NodeState, PoolStatus
 
 log = logs.get("upwell.scale.pools.vmss")
@@ -55,7 +55,7 @@ class VmssPool(az.ArmPool):
             for (name, is_spot), count in want.items():
                 self._scale_set(name, is_spot, count, vms.get(name, []))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"scale VM scale sets to {n}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"scale VM scale sets to {n}") from None
 
     def _per_set(self, n: int, spot: int | None) -> dict[tuple[str, bool], int]:
         sets = build.scale_sets(self.spec)
@@ -96,7 +96,7 @@ class VmssPool(az.ArmPool):
         return [iid for _, iid in sorted(ranked)[:k]]
 
     def _state(self, vm: Any, busy: set[str] | None) -> NodeState:
-        state = self.translate(build.vm_state(vm))
+        state = self.node_state(build.vm_state(vm))
         if state is NodeState.IDLE and (busy is None or vm.name in busy):
             return NodeState.RUNNING  # unknown or busy: never a scale-in victim
         return state
@@ -132,7 +132,7 @@ class VmssPool(az.ArmPool):
                         spot += is_spot
                         dedicated += not is_spot
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action="read VM scale sets") from None
+            raise pool_error(exc, pool=self.spec.name, action="read VM scale sets") from None
         error = self.pollers.check()
         return PoolStatus(self.spec.name, target=target, nodes=nodes, spot=spot, dedicated=dedicated,
                           message=str(error) if error else "")
@@ -147,7 +147,7 @@ class VmssPool(az.ArmPool):
         try:
             usages = list(self.client.usage.list(str(az.opt(self.spec, "location"))))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action="read compute quota") from None
+            raise pool_error(exc, pool=self.spec.name, action="read compute quota") from None
         return {"family": family, "cores": build.quota_free(usages, family) if family else None,
                 "spot_cores": build.quota_free(usages, "lowPriorityCores")}
 

@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
+from upwell import logs
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 
 
 class Renewer:
@@ -60,7 +60,7 @@ class Renewer:
             try:
                 renew()
             except Exception as exc:
-                log.warning("lease renewal failed", error=f"{type(exc).__name__}: {exc}")
+                log.warning("devhost.lease_renew_failed", error=f"{type(exc).__name__}: {exc}")
             with self._lock:
                 if key in self._leases:
                     self._leases[key] = (renew, interval, time.monotonic() + interval)
