@@ -34,7 +34,7 @@ from azure.core.exceptions import AzureError
 from upwell import logs, names
 from upwell.errors import DecodeError, InputRejected, TransientError
 from upwell.lease import Lease
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -133,16 +133,15 @@ class Agent:
             lease.delete()
             log.info("agent.duplicate", dequeue_count=msg.dequeue_count)
             return "duplicate"
-        shard = self.ledger.shard(item.job_id, item.shard_id) or {}
-        job = self.ledger.job(item.job_id) or {}
-        failures = msg.dequeue_count - 1 - _excused(shard)  # attempts that ended without a clean outcome
+        shard = self.ledger.shard(item.job_id, item.shard_id) or ShardRow(job_id=item.job_id, shard_id=item.shard_id)
+        job = self.ledger.job(item.job_id) or JobRow(job_id=item.job_id)
+        failures = msg.dequeue_count - 1 - shard.excused  # attempts that ended without a clean outcome
         if failures >= self.config.max_dequeue_count:
             return self._poison(item, lease, shard, job, "gave up: the worker died or failed "
                                 f"{failures} times (maxDequeueCount {self.config.max_dequeue_count})", log)
-        budget = job.get("budget_usd")
-        if budget is not None and float(job.get("spent_usd") or 0) >= float(budget):
-            return self._poison(item, lease, shard, job, f"budget exceeded: spent ${float(job['spent_usd']):.2f} "
-                                f"of ${float(budget):.2f}; the job is no longer dispatched", log, poison=False)
+        if job.over_budget:
+            return self._poison(item, lease, shard, job, f"budget exceeded: spent ${job.spent_usd:.2f} "
+                                f"of ${job.budget_usd:.2f}; the job is no longer dispatched", log, poison=False)
         cap = self._cap(job)
         if cap and self._over_cap(item, cap, started=False):
             return self._defer(item, lease, cap, log, started=False)
@@ -157,10 +156,10 @@ class Agent:
         return self._run(item.with_attempt(attempt), lease, shard, job, log)
 
     # -- the per-job concurrency cap ----------------------------------------------------
-    def _cap(self, job: dict) -> int:
+    def _cap(self, job: JobRow) -> int:
         """Running shards allowed per job: the manifest's max_concurrency and UPWELL_MAX_CONCURRENCY,
         the lower of those set; 0 is no cap."""
-        caps = [c for c in (int(job.get("max_concurrency") or 0), self.settings.max_concurrency) if c > 0]
+        caps = [c for c in (job.max_concurrency, self.settings.max_concurrency) if c > 0]
         return min(caps) if caps else 0
 
     def _over_cap(self, item: WorkItem, cap: int, *, started: bool) -> bool:
@@ -180,7 +179,7 @@ class Agent:
         return "deferred"
 
     # -- one attempt ------------------------------------------------------------------
-    def _run(self, item: WorkItem, lease: Lease, shard: dict, job: dict, log) -> str:
+    def _run(self, item: WorkItem, lease: Lease, shard: ShardRow, job: JobRow, log) -> str:
         from workers.launch import run_payload
 
         started = now_iso()
@@ -207,7 +206,7 @@ class Agent:
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
-    def _settle(self, item: WorkItem, lease: Lease, shard: dict, job: dict, result, started: str,
+    def _settle(self, item: WorkItem, lease: Lease, shard: ShardRow, job: JobRow, result, started: str,
                 input_path: Path | None, log) -> str:
         """Act on how the attempt ended: preempted, succeeded, failed for good, or failed to retry."""
         finished = now_iso()
@@ -239,7 +238,7 @@ class Agent:
         error = f"payload exited with code {result.exit_code}"
         if getattr(result, "permanent", False):
             error += " (unusable input: not retried)"
-        if getattr(result, "permanent", False) or item.attempt >= self.config.max_dequeue_count + _excused(shard):
+        if getattr(result, "permanent", False) or item.attempt >= self.config.max_dequeue_count + shard.excused:
             return self._poison(item, lease, shard, job, error, log, stderr_tail=result.stderr_tail,
                                 started=started, launch=result)
         self.ledger.shard_retry(item.job_id, item.shard_id, error=error, stderr_tail=result.stderr_tail,
@@ -248,10 +247,10 @@ class Agent:
         log.warning("agent.failed_will_retry", exit_code=result.exit_code, attempt=item.attempt)
         return "retry"
 
-    def _poison(self, item: WorkItem, lease: Lease, shard: dict, job: dict, error: str, log, *,
+    def _poison(self, item: WorkItem, lease: Lease, shard: ShardRow, job: JobRow, error: str, log, *,
                 stderr_tail: str = "", started: str | None = None, launch=None, poison: bool = True) -> str:
         """Record a permanent failure as the shard's result (collect counts it), then drop the message."""
-        tail = stderr_tail or str(shard.get("stderr_tail") or "")
+        tail = stderr_tail or shard.stderr_tail
         doc = results.document(item, "failed", shard=shard, job=job, node=self._node(), started=started,
                                finished=now_iso(), launch=launch, error=error, stderr_tail=tail,
                                settings=self.settings)
@@ -331,11 +330,6 @@ class Agent:
         tmp.write_text(json.dumps({"pid": os.getpid(), "state": state, "since": time.time(),
                                    "node": self.config.node_id, **extra}))
         os.replace(tmp, path)
-
-
-def _excused(shard: dict) -> int:
-    """Deliveries that were not failed attempts: preemptions and concurrency-cap deferrals."""
-    return int(shard.get("preemptions") or 0) + int(shard.get("deferrals") or 0)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")

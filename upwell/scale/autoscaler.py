@@ -19,6 +19,7 @@ from azure.data.tables import UpdateMode
 from upwell import logs, names
 from upwell.errors import BudgetExceeded, PoolError
 from upwell.ledger import Ledger
+from upwell.rows import ACTIVE_JOB, JobRow
 from upwell.scale import policy as scaling
 from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
@@ -26,7 +27,7 @@ from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.scale.autoscaler")
-ACTIVE = ("accepted", "running")
+ACTIVE = ACTIVE_JOB
 
 
 def _prices(spec: PoolSpec) -> tuple[float, float | None, int, str]:
@@ -76,7 +77,7 @@ class Autoscaler:
 
     def busy_nodes(self, pool: str) -> set[str]:
         """Node ids the ledger shows running a shard: a backend never removes these."""
-        return {r["node"] for r in self.ledger.running(pool) if r.get("node")}
+        return {r.node for r in self.ledger.running(pool) if r.node}
 
     def adapt(self) -> dict[str, scaling.Decision]:
         if not self._lock.acquire(blocking=False):
@@ -87,14 +88,14 @@ class Autoscaler:
             active = list(self.ledger.jobs(*ACTIVE))  # one scan of the job rows per run, not per pool
             for name, spec in self.settings.pools.items():
                 try:
-                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.get("pool") == name])
+                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.pool == name])
                 except Exception as exc:  # noqa: BLE001 - one pool never stops the others
                     log.exception("autoscale.pool_failed", pool=name, error=str(exc)[:300])
             return decisions
         finally:
             self._lock.release()
 
-    def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[dict],
+    def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[JobRow],
                 pool: WorkerPool | None = None) -> scaling.Observation:
         """What the policy needs about one pool; ``jobs`` are the pool's active job rows."""
         queue = self.storage.queue(names.work_queue(spec.name))
@@ -106,7 +107,7 @@ class Autoscaler:
         in_flight = len(running)
         # The approximate count includes invisible (leased) messages; those are the in-flight shards.
         visible = max(0, approx - in_flight)
-        busy = {r.get("node") for r in running}
+        busy = {r.node for r in running}
         payg, spot_price, cores, family = _prices(spec)
         quota = self._quota(pool)
         return scaling.Observation(
@@ -132,7 +133,7 @@ class Autoscaler:
             log.warning("autoscale.quota_unreadable", pool=pool.spec.name, error=str(exc)[:200])
             return {}
 
-    def adapt_pool(self, spec: PoolSpec, jobs: list[dict]) -> scaling.Decision:
+    def adapt_pool(self, spec: PoolSpec, jobs: list[JobRow]) -> scaling.Decision:
         pool = self.pool(spec)
         status = pool.status()
         obs = self.observe(spec, status, jobs, pool)
@@ -176,33 +177,33 @@ class Autoscaler:
                                   "in_flight": obs.in_flight, "reason": d.reason[:1000], "capped_by": d.capped_by,
                                   "spot": d.spot, "dedicated": d.dedicated, "message": message[:1000]})
 
-    def _tell_jobs(self, jobs: list[dict], message: str) -> None:
+    def _tell_jobs(self, jobs: list[JobRow], message: str) -> None:
         """Put a pool's shortfall (quota, capacity, budget) on the status of its active jobs."""
         for job in jobs:
-            if job.get("message") != message:
-                self.ledger.update_job(job["PartitionKey"], message=message, message_at=now_iso())
+            if job.message != message:
+                self.ledger.update_job(job.job_id, message=message, message_at=now_iso())
 
 
-def _budget_left(spec: PoolSpec, jobs: list[dict]) -> float | None:
+def _budget_left(spec: PoolSpec, jobs: list[JobRow]) -> float | None:
     """The tighter of the pool's budget and its active jobs' budgets (None when nothing is capped)."""
     from upwell import cost
 
     lefts = []
     if spec.budget_usd is not None:
-        lefts.append(max(0.0, spec.budget_usd - sum(float(j.get("spent_usd") or 0) for j in jobs)))
-    budgets = [j for j in jobs if j.get("budget_usd") is not None]
+        lefts.append(max(0.0, spec.budget_usd - sum(j.spent_usd for j in jobs)))
+    budgets = [j for j in jobs if j.budget_usd is not None]
     if budgets and len(budgets) == len(jobs):  # a job without a budget leaves the pool uncapped
         total = 0.0
         for j in budgets:
             try:
-                total += cost.remaining(float(j["budget_usd"]), float(j.get("spent_usd") or 0))
+                total += cost.remaining(j.budget_usd, j.spent_usd)
             except BudgetExceeded:
                 continue
         lefts.append(total)
     return min(lefts) if lefts else None
 
 
-def _task_s(jobs: list[dict]) -> float | None:
-    estimates = [float(j["estimate_node_seconds_per_shard"]) for j in jobs if j.get("estimate_node_seconds_per_shard")]
+def _task_s(jobs: list[JobRow]) -> float | None:
+    estimates = [j.estimate_node_seconds_per_shard for j in jobs if j.estimate_node_seconds_per_shard]
     return sum(estimates) / len(estimates) if estimates else None
 
