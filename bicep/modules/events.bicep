@@ -3,9 +3,9 @@
 // Event Grid blob trigger sample. The endpoint is the blobs extension webhook;
 // its `code` is the Functions *system* key `blobs_extension`, read here with
 // listKeys at deploy time so it never appears in code, settings or outputs.
-// That key exists only after the function code is deployed, so this template is
-// deployed after `azd deploy` (bicep/hooks/postdeploy.sh), or by main.bicep once
-// enableEventSubscriptions=true.
+// That key exists only after the function code is deployed, so only
+// bicep/hooks/postdeploy.sh deploys this template, once the functions are listed
+// and the key exists; main.bicep never does (tests/test_bicep.py checks both).
 
 param systemTopicName string
 param functionAppName string
