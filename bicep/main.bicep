@@ -226,7 +226,7 @@ var batchServiceOrchestrationRole = 'a35466a1-cfd6-450a-b35e-683fcdf30363'
 
 // ---------------------------------------------------------------- resources
 
-resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: rgName
   location: location
   tags: tags

@@ -15,7 +15,7 @@ param deadLetterContainerName string
 @description('Blob triggers: [{ function, container }]; the names must match the code (tests/test_names_consistency.py).')
 param blobTriggers array
 
-resource topic 'Microsoft.EventGrid/systemTopics@2022-06-15' existing = {
+resource topic 'Microsoft.EventGrid/systemTopics@2025-02-15' existing = {
   name: systemTopicName
 }
 
@@ -23,14 +23,14 @@ resource site 'Microsoft.Web/sites@2024-04-01' existing = {
   name: functionAppName
 }
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
 
 // The Functions host's system key for the blobs extension webhook (not a storage key).
 var blobsExtensionKey = listKeys('${site.id}/host/default', '2024-04-01').systemKeys.blobs_extension
 
-resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2022-06-15' = [for t in blobTriggers: {
+resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2025-02-15' = [for t in blobTriggers: {
   parent: topic
   name: 'blob-${t.function}'
   properties: {

@@ -13,17 +13,17 @@ var services = [
   'table'
 ]
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
 
-resource zones 'Microsoft.Network/privateDnsZones@2020-06-01' = [for s in services: {
+resource zones 'Microsoft.Network/privateDnsZones@2024-06-01' = [for s in services: {
   name: 'privatelink.${s}.${environment().suffixes.storage}'
   location: 'global'
   tags: tags
 }]
 
-resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2020-06-01' = [for (s, i) in services: {
+resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-06-01' = [for (s, i) in services: {
   parent: zones[i]
   name: 'link-${s}'
   location: 'global'
