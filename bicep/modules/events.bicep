@@ -19,7 +19,7 @@ resource topic 'Microsoft.EventGrid/systemTopics@2025-02-15' existing = {
   name: systemTopicName
 }
 
-resource site 'Microsoft.Web/sites@2024-04-01' existing = {
+resource site 'Microsoft.Web/sites@2025-03-01' existing = {
   name: functionAppName
 }
 
@@ -28,7 +28,7 @@ resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
 }
 
 // The Functions host's system key for the blobs extension webhook (not a storage key).
-var blobsExtensionKey = listKeys('${site.id}/host/default', '2024-04-01').systemKeys.blobs_extension
+var blobsExtensionKey = listKeys('${site.id}/host/default', '2025-03-01').systemKeys.blobs_extension
 
 resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2025-02-15' = [for t in blobTriggers: {
   parent: topic

@@ -42,7 +42,7 @@ param instanceMemoryMB int = 2048
 @description('Always-ready instances for the blob trigger group (ingest, collect); 0 = scale from zero.')
 param blobAlwaysReady int = 0
 
-resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   // checkov:skip=CKV_AZURE_225: Flex Consumption zone redundancy exists only in some regions and would make the template fail elsewhere; the functions keep no state (it is in ZRS storage) and Event Grid retries for 24 h.
   name: planName
   location: location
@@ -57,7 +57,7 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   }
 }
 
-resource site 'Microsoft.Web/sites@2024-04-01' = {
+resource site 'Microsoft.Web/sites@2025-03-01' = {
   // checkov:skip=CKV_AZURE_222: Event Grid delivers blob events to the blobs extension webhook over the internet, so the app needs a public endpoint; the webhook is authenticated by the Functions system key.
   // checkov:skip=CKV_AZURE_17: Event Grid webhook delivery cannot present a client certificate.
   // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero by design and Event Grid deliveries start the blob group; always-ready instances are optional (blobAlwaysReady) and cost money around the clock.
@@ -123,7 +123,7 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
-resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
   parent: site
   name: 'ftp'
   properties: {
@@ -131,7 +131,7 @@ resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-
   }
 }
 
-resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
   parent: site
   name: 'scm'
   properties: {

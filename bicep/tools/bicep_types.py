@@ -167,7 +167,8 @@ def parse_type_file(path: Path) -> TypeFile:
         elif line.startswith("### ") and line != "### Properties" and current.discriminator:
             mode = "variant"
             target = {}
-            current.variants[line[4:].strip()] = target  # keyed by variant name until the literal is known
+            # keyed by position until the discriminator literal is known (variant names may repeat)
+            current.variants[str(len(current.variants))] = target
         elif line == "### Properties" or line == "#### Properties":
             mode = "props" if mode != "variant" else "variant"
         elif line.startswith("* **"):
@@ -178,7 +179,7 @@ def parse_type_file(path: Path) -> TypeFile:
             if prop is not None and target is not None:
                 target.setdefault(prop.name, prop)
     # Key each variant by its discriminator literal.
-    for obj in types.values():
+    for obj in [*types.values(), *resources.values()]:
         if obj.discriminator:
             keyed = {}
             for props in obj.variants.values():
