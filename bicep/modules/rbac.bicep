@@ -81,7 +81,7 @@ resource workerIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-1
   name: workerIdentityName
 }
 
-resource scaleSet 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' existing = if (enableVmss) {
+resource scaleSet 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' existing = if (enableVmss) {
   name: vmssName
 }
 
