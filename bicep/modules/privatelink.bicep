@@ -36,7 +36,7 @@ resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-06-01
   }
 }]
 
-resource endpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [for s in services: {
+resource endpoints 'Microsoft.Network/privateEndpoints@2025-09-01' = [for s in services: {
   name: 'pe-${storageAccountName}-${s}'
   location: location
   tags: tags
@@ -58,7 +58,7 @@ resource endpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [for s in s
   }
 }]
 
-resource zoneGroups 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2024-05-01' = [for (s, i) in services: {
+resource zoneGroups 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2025-09-01' = [for (s, i) in services: {
   parent: endpoints[i]
   name: 'default'
   properties: {

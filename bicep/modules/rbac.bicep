@@ -173,7 +173,7 @@ resource functionAssignsWorker 'Microsoft.Authorization/roleAssignments@2022-04-
   }
 }
 
-resource vnet 'Microsoft.Network/virtualNetworks@2024-05-01' existing = if (enableVmss) {
+resource vnet 'Microsoft.Network/virtualNetworks@2025-09-01' existing = if (enableVmss) {
   name: vnetName
 }
 

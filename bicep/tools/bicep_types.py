@@ -236,8 +236,9 @@ class Finding:
 @dataclass
 class Report:
     findings: list[Finding] = field(default_factory=list)
-    checked: dict[str, int] = field(default_factory=dict)  # "file:resource" -> property values checked
+    checked: dict[str, int] = field(default_factory=dict)  # "file:resource" -> property names and values checked
     resources: list[tuple[str, str, str, str]] = field(default_factory=list)  # (file, symbol, type, version)
+    existing: set[str] = field(default_factory=set)  # "file:symbol" of `existing` references
 
 
 def _is_expr(value: object) -> bool:
@@ -366,8 +367,12 @@ class _Checker:
             key = _clean_key(raw_key)
             if key is None or key in extra_keys:
                 continue
-            prop = props.get(key) or lower.get(key.lower())
+            self.report.checked[self.key] += 1
+            prop = props.get(key)
             where = f"{path}.{key}" if path else key
+            if prop is None and key.lower() in lower:
+                self.find(where, f"'{key}' differs only in case from '{lower[key.lower()].name}' ({obj.name})")
+                continue
             if prop is None:
                 if obj.additional is not None:
                     self.check_value(sub, obj.additional, where)
@@ -425,6 +430,8 @@ def check_trees(trees: dict[str, dict], data: dict[tuple[str, str], TypeFile] | 
         for symbol, res in (tree.get("resources") or {}).items():
             rtype, version = res["type"], res["api_version"]
             report.resources.append((file, symbol, rtype, version))
+            if res.get("existing"):
+                report.existing.add(f"{file}:{symbol}")
             found = lookup(data, rtype, version)
             if found is None:
                 report.findings.append(Finding(file, symbol, "", f"no type data for {rtype}@{version} "
@@ -439,7 +446,6 @@ def check_trees(trees: dict[str, dict], data: dict[tuple[str, str], TypeFile] | 
 
 
 def main(argv: list[str]) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import json
     import subprocess
 
@@ -449,7 +455,10 @@ def main(argv: list[str]) -> int:
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
         return 1
-    trees = {str(Path(k).resolve().relative_to(ROOT)): v for k, v in json.loads(proc.stdout).items()}
+    trees = {}
+    for key, tree in json.loads(proc.stdout).items():
+        path = Path(key).resolve()
+        trees[str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)] = tree
     report = check_trees(trees)
     for f in report.findings:
         print(f, file=sys.stderr)
