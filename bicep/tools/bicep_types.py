@@ -462,7 +462,7 @@ def main(argv: list[str]) -> int:
     report = check_trees(trees)
     for f in report.findings:
         print(f, file=sys.stderr)
-    print(f"bicep types: {len(report.resources)} resources, {sum(report.checked.values())} values checked, "
+    print(f"bicep types: {len(report.resources)} resources, {sum(report.checked.values())} properties checked, "
           f"{len(report.findings)} findings", file=sys.stderr)
     return 1 if report.findings else 0
 
