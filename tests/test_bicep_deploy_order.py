@@ -141,3 +141,20 @@ def test_hook_refuses_triggers_without_functions(tmp_path, triggers):
     proc, calls = _run(tmp_path, env)
     assert proc.returncode == 1
     assert calls == []
+
+
+def test_blob_group_scales_from_zero_unless_always_ready_is_asked_for():
+    """Flex Consumption needs no always-ready instance for Event Grid blob triggers (docs/deploy.md cites the
+    plan's documentation); the option exists, defaults to 0, and reaches the `blob` group's alwaysReady entry."""
+    app = (ROOT / "bicep" / "modules" / "functionapp.bicep").read_text()
+    assert re.search(r"param blobAlwaysReady int = 0\b", app)
+    assert re.search(r"alwaysReady: blobAlwaysReady > 0 \? \[\s*\{\s*name: 'blob'\s*instanceCount: blobAlwaysReady",
+                     app)
+    main = (ROOT / "bicep" / "main.bicep").read_text()
+    assert re.search(r"param functionBlobAlwaysReady int = 0\b", main)
+    assert "blobAlwaysReady: functionBlobAlwaysReady" in main
+    params = json.loads((ROOT / "bicep" / "main.parameters.json").read_text())["parameters"]
+    assert params["functionBlobAlwaysReady"]["value"] == "${UPWELL_BLOB_ALWAYS_READY=0}"
+    docs = (ROOT / "docs" / "deploy.md").read_text()
+    assert "learn.microsoft.com/azure/azure-functions/flex-consumption-plan" in docs
+    assert "UPWELL_BLOB_ALWAYS_READY" in docs
