@@ -105,3 +105,63 @@ def test_queue_backlog_counts(store):
     # two messages in the queue: one is the running shard's (leased), one is waiting
     assert (obs.visible, obs.in_flight) == (1, 1)
     queue.delete_queue()
+
+
+def test_one_ledger_scan_per_pool_and_the_busy_set_reaches_the_pool(store):
+    ledger, name = Ledger(store), _pool_name()
+    _job(ledger, name, [ShardState.RUNNING, ShardState.RUNNING], node=f"{name}-1")
+    spec = PoolSpec(name, backend="stub", max_nodes=1, scale_down_votes=1, cooldown_s=0.0)
+    pool = StubPool(spec, quota={"family": "standardDv5Family", "cores": 8, "spot_cores": 0})
+    pool.scale_to(1)
+    scaler = _scaler(store, spec, pool)
+    scans = []
+    real = scaler.ledger.running
+    scaler.ledger.running = lambda p: scans.append(p) or real(p)
+    scaler.adapt()
+    assert scans == [name]  # the policy's in-flight count and the backend's busy set: one read
+    assert pool.busy == {f"{name}-1"}
+    obs = scaler.observe(spec, pool.status(), [], pool)
+    assert obs.quota_family == "standardDv5Family" and obs.quota_cores == 8 and obs.boot_s == 0.0
+    assert obs.idle == 0  # the busy node is not idle, whatever the backend says
+
+
+def test_a_failing_pool_does_not_stop_the_others(store):
+    from upwell.errors import PoolError, PoolErrorKind
+
+    names_ = [_pool_name(), _pool_name()]
+    specs = {n: PoolSpec(n, backend="stub", min_nodes=1, max_nodes=2) for n in names_}
+    pools = {n: StubPool(specs[n]) for n in names_}
+    pools[names_[0]].fail_next = PoolError("no capacity", kind=PoolErrorKind.CAPACITY)
+    decisions = Autoscaler(store, Settings(pools=specs), pools=pools).adapt()
+    assert set(decisions) == set(names_)
+    assert not pools[names_[0]].nodes and len(pools[names_[1]].nodes) == 1
+
+
+def test_pool_keywords_are_explicit():
+    import inspect
+
+    from upwell.errors import ConfigError
+    from upwell.scale.pools import KEYWORDS, POOLS, backend_class, make_pool
+
+    assert set(KEYWORDS) == set(POOLS)
+    for backend in POOLS:
+        params = inspect.signature(backend_class(backend).__init__).parameters
+        declared = {n for n, p in params.items() if n not in ("self", "spec")}
+        assert declared == KEYWORDS[backend], backend
+        assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), f"{backend} swallows keywords"
+    with pytest.raises(ConfigError, match="state_dri"):
+        make_pool(PoolSpec("x"), state_dri="/tmp")
+
+
+def test_unknown_native_state_is_logged_once(capsys, monkeypatch):
+    from upwell import logs
+    from upwell.scale.pools import base
+
+    logs.configure(pretty=False)  # binds the renderer to the captured stderr
+    monkeypatch.setattr(base, "log", logs.get("upwell.scale.pools"))
+    pool = StubPool(PoolSpec("stubby", backend="stub"))
+    assert pool.node_state("Idle") is NodeState.IDLE
+    assert pool.node_state("Hibernating") is NodeState.UNKNOWN
+    assert pool.node_state("hibernating") is NodeState.UNKNOWN
+    err = capsys.readouterr().err
+    assert err.count("pool.unknown_native_state") == 1 and '"native": "Hibernating"' in err

@@ -165,6 +165,37 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"write {path}") from None
 
+    def download(self, path: str, fh: Any) -> None:
+        """Stream a blob into an open binary file."""
+        container, name = split_path(path)
+        try:
+            self.blob(container, name).download_blob().readinto(fh)
+        except AzureError as exc:
+            raise storage_error(exc, f"download {path}") from None
+
+    # -- queue helpers -----------------------------------------------------------
+    def send(self, queue: str, text: str) -> None:
+        try:
+            self.queue(queue).send_message(text)
+        except AzureError as exc:
+            raise storage_error(exc, f"send to {queue}") from None
+
+    def receive(self, queue: str, *, visibility_timeout: int) -> Any | None:
+        """One message leased for ``visibility_timeout`` s, or None when the queue is empty."""
+        try:
+            return self.queue(queue).receive_message(visibility_timeout=visibility_timeout)
+        except AzureError as exc:
+            raise storage_error(exc, f"receive from {queue}") from None
+
+    def queue_length(self, queue: str) -> int:
+        """The approximate number of messages (visible and leased); 0 for a queue that does not exist."""
+        try:
+            return self.queue(queue).get_queue_properties().approximate_message_count or 0
+        except ResourceNotFoundError:
+            return 0
+        except AzureError as exc:
+            raise storage_error(exc, f"count {queue}") from None
+
     def exists(self, path: str) -> bool:
         container, name = split_path(path)
         try:

@@ -96,7 +96,7 @@ def start_azurite(root: Path, ports: tuple[int, int, int] | None = None) -> Azur
         blob, queue, table = ports or free_ports(3)
         try:
             return Azurite(root / "azurite", blob, queue, table).start()
-        except Exception:  # noqa: BLE001 - a port taken between the probe and the bind: try others
+        except Exception:  # a port taken between the probe and the bind: try others
             if ports:
                 raise
     raise RuntimeError("Azurite did not start on free ports")

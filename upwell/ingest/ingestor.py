@@ -16,12 +16,12 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
 from upwell import logs, names, registry
-from upwell.errors import InputRejected
+from upwell.errors import ConfigError, InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.sharding import shard_csv, shard_parquet
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
@@ -304,7 +304,7 @@ class Ingestor:
         self.ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message)
         try:
             src.delete_blob(etag=etag, match_condition=_if_match())
-        except Exception as err:  # noqa: BLE001 - a newer upload under the same name stays
+        except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
 
 
@@ -345,5 +345,5 @@ def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
         from upwell import cost
 
         return float(cost.estimate(node_seconds, price_key, spot))
-    except Exception:  # noqa: BLE001 - an unknown price key estimates as 0 and says so in the report
+    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
         return 0.0

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from upwell import logs, names
-from upwell.errors import NotFound
+from upwell.errors import ConfigError, NotFound
 from upwell.ledger import JobRow, Ledger, ShardState
 from upwell.storage import Storage
 
@@ -39,13 +39,13 @@ def shard_cost(doc: dict, job: JobRow) -> float:
 
         spot = bool((doc.get("node") or {}).get("spot"))
         return float(cost.estimate(node_seconds, job.price_key or "local", spot))
-    except Exception:  # noqa: BLE001 - unknown price key: no cost rather than a lost shard
+    except ConfigError:  # unknown price key: no cost rather than a lost shard
         return 0.0
 
 
-def report_queue(storage: Storage):
-    """The report queue. Plain JSON text: host.json sets the queue messageEncoding to "none"."""
-    return storage.queue(names.REPORT_QUEUE)
+def request_report(storage: Storage, job_id: str) -> None:
+    """Ask for the job's report. Plain JSON text: host.json sets the queue messageEncoding to "none"."""
+    storage.send(names.REPORT_QUEUE, json.dumps({"job_id": job_id}))
 
 
 def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:
@@ -75,6 +75,6 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     bound = log.bind(job_id=job_id, shard_id=shard_id)
     bound.info("collect.shard", status=status.value, counted=done.counted, job_done=done.job_done)
     if done.job_done:
-        report_queue(storage).send_message(json.dumps({"job_id": job_id}))
+        request_report(storage, job_id)
         bound.info("collect.job_done", job_status=done.job_status)
     return Collected(job_id, shard_id, done.counted, done.job_done, done.job_status)

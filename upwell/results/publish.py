@@ -86,7 +86,7 @@ def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float 
     """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash)."""
     import time
 
-    from upwell.results.collect import report_queue
+    from upwell.results.collect import request_report
 
     ledger = ledger or Ledger(storage)
     requeued = []
@@ -98,6 +98,6 @@ def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float 
         finished = parse_iso(job.finished_at or None)
         if finished is not None and (datetime.now(UTC) - finished).total_seconds() < stale_s:
             continue  # the collect function's own message is probably still on its way
-        report_queue(storage).send_message(json.dumps({"job_id": job.job_id}))
+        request_report(storage, job.job_id)
         requeued.append(job.job_id)
     return requeued

@@ -244,7 +244,7 @@ class DevHost:
             try:
                 for claim in listener.scan():
                     self._submit_blob(listener.process, claim)
-            except Exception as exc:  # storage down: log and scan again later
+            except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down, log and scan again later
                 log.warning("devhost.blob_scan_failed", function=listener.spec.name,
                             error=f"{type(exc).__name__}: {exc}")
             self.stopping.wait(self.poll_interval)

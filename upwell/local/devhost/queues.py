@@ -111,7 +111,7 @@ class QueueListener:
                     continue
             try:
                 got = self.poll(submit)
-            except Exception as exc:  # storage down or throttled: log, back off, go on
+            except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down or throttled, back off, go on
                 log.warning("devhost.queue_receive_failed", function=self.spec.name, queue=self.queue,
                             error=f"{type(exc).__name__}: {exc}")
                 got = 0
@@ -128,7 +128,7 @@ class QueueListener:
         renewal = self.renewer.add(leased.renew, self.lease_s / 2)
         try:
             self._settle(leased)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a worker thread never dies: the message comes back after its lease
             log.warning("devhost.queue_bookkeeping_failed", function=self.spec.name, queue=self.queue,
                         message_id=message.id, error=f"{type(exc).__name__}: {exc}")
         finally:

@@ -59,7 +59,7 @@ class Renewer:
         for key, renew, interval in due:
             try:
                 renew()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - one lease failing to renew never stops the others
                 log.warning("devhost.lease_renew_failed", error=f"{type(exc).__name__}: {exc}")
             with self._lock:
                 if key in self._leases:

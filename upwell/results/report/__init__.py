@@ -100,7 +100,7 @@ def _payload_sections(job: dict, views: list[ShardView], results: list[dict], fe
         try:
             made = list(fn(docs, fetch) or ())
             out.extend(s for s in made if isinstance(s, Section))
-        except Exception as exc:  # a figures module must never cost the job its report
+        except Exception as exc:  # noqa: BLE001 - a figures module must never cost the job its report
             log.warning("report.sections_failed", payload=kind, error=repr(exc))
             out.append(Section(f"{kind}: figures unavailable",
                                f"The {kind} figures module raised {type(exc).__name__}: {exc}"))

@@ -10,17 +10,15 @@ identity-based connection settings (``AzureWebJobsStorage__accountName``,
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection
 from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import PoolSpec, WorkerPool
+from upwell.scale.pools.base import Busy, PoolSpec, WorkerPool
 
 _REQUIRED = object()
 ARM_SCOPE = "https://management.azure.com/.default"
 ARM_URL = "https://management.azure.com"
-BusyNodes = Callable[[str], Collection[str]]
 
 
 def opt(spec: PoolSpec, key: str, default: Any = _REQUIRED) -> Any:
@@ -91,11 +89,11 @@ def tags(spec: PoolSpec) -> dict[str, str]:
             **{str(k): str(v) for k, v in (spec.options.get("tags") or {}).items()}}
 
 
-def busy_set(busy_nodes: BusyNodes | None, pool: str) -> set[str] | None:
-    """Node ids the ledger shows running a shard; None when the caller gave no source."""
-    if busy_nodes is None:
+def busy_set(busy: Busy) -> set[str] | None:
+    """The busy node ids as a set; None when the caller could not tell."""
+    if busy is None:
         return None
-    return {str(n) for n in busy_nodes(pool) if n}
+    return {str(n) for n in busy if n}
 
 
 def arm_client(cred: Any, **client_kwargs: Any) -> Any:
@@ -187,18 +185,17 @@ class Pollers:
 class ArmPool(WorkerPool):
     """A pool driven through one ARM management client (VMSS, ACI).
 
-    Keeps the credential, the lazily built client, the client settings, the ledger's
-    busy-node view and the pending long-running operations. Subclasses name their SDK
+    Keeps the credential, the lazily built client, the client settings and the pending
+    long-running operations. Subclasses name their SDK
     client in ``_client_class``.
     """
 
     def __init__(self, spec: PoolSpec, *, credential: Any = None, client: Any = None,
-                 client_kwargs: dict | None = None, busy_nodes: BusyNodes | None = None, **_ctx: Any):
+                 client_kwargs: dict | None = None):
         super().__init__(spec)
         self._credential = credential
         self._client = client
         self._kwargs = dict(client_kwargs or {})
-        self.busy_nodes = busy_nodes
         self.pollers = Pollers(spec.name)
 
     def _client_class(self) -> type:

@@ -9,10 +9,9 @@ never one in the busy set, and ``scale_to`` raises PoolError when told to fail.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection
 
 from upwell.errors import PoolError
-from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 
 class StubPool(WorkerPool):
@@ -31,9 +30,9 @@ class StubPool(WorkerPool):
         self._quota = quota or {}
         self._ids = itertools.count(1)
 
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Collection[str] = ()) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
         self.calls.append((n, spot))
-        self.busy = set(busy)
+        self.busy = set(busy or ())
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
@@ -44,7 +43,9 @@ class StubPool(WorkerPool):
         for node in removable[: max(0, len(self.nodes) - n)]:
             del self.nodes[node]
 
-    def status(self) -> PoolStatus:
+    def status(self, *, busy: Busy = None) -> PoolStatus:
+        if busy is not None:
+            self.busy = set(busy)
         nodes = {node: NodeState.RUNNING if node in self.busy else state for node, state in self.nodes.items()}
         return PoolStatus(self.spec.name, target=len(nodes), nodes=nodes, dedicated=len(nodes))
 
