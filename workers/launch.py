@@ -72,13 +72,18 @@ class LaunchResult:
 def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                 resume_dir: Path | None = None, stop: threading.Event | None = None,
                 on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                tick_s: float = TICK_S, grace_s: float = GRACE_S) -> LaunchResult:
+                tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None) -> LaunchResult:
     """Run ``item``'s payload to an end in ``workdir`` and report how it ended.
+
+    ``ranks``: what the node's allocation gives (a Slurm job's CPUs); an MPI payload
+    runs with that many ranks instead of the item's.
 
     Raises InputRejected (permanent) when the payload is not registered, its
     parameters do not validate, or it needs an input and none was given.
     """
     spec = registry.get(item.payload)
+    if ranks and spec.launcher == "mpi":
+        item = dataclasses.replace(item, ranks=int(ranks))
     workdir = Path(workdir).resolve()
     params = validate_params(spec, item.params)
     if spec.needs_input and input_path is None:
