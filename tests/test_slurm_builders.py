@@ -10,7 +10,8 @@ import pytest
 
 from upwell.errors import ConfigError, PoolError, PoolErrorKind
 from upwell.local.slurm import slurm_conf
-from upwell.scale.pools import backend_class, build_slurm as build
+from upwell.scale.pools import backend_class
+from upwell.scale.pools import build_slurm as build
 from upwell.scale.pools.base import NodeState, PoolSpec
 from upwell.scale.pools.slurm import SlurmPool, translate_error
 

@@ -95,7 +95,7 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
         return _result(workdir, "preempted", None, before, "", 0.0)
     command = build_command(spec, item, workdir)
     started = time.monotonic()
-    proc, streams = _start(command, workdir, child_env(spec, item))
+    proc, streams = _start(command, workdir, child_env(spec, item), shield_mpiexec=_shield_mpiexec(spec))
     outcome = _supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                          grace_s=grace_s, stop_signal=stop_signal_for(spec, item))
     streams.join()
@@ -226,12 +226,32 @@ def _die_with_parent() -> None:
         pass
 
 
-def _start(command: list[str], workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen, _Streams]:
+def _shield_mpiexec(spec: registry.PayloadSpec) -> bool:
+    """Inside a Slurm job, Slurm signals every process of the step (scancel, preemption, a node taken
+    away), mpiexec included, and mpiexec kills its ranks within a second of SIGTERM: before they can
+    checkpoint. So there mpiexec starts with SIGTERM blocked; the ranks (Open MPI unblocks signals in
+    them) still get Slurm's SIGTERM, checkpoint and exit 75; SIGKILL after KillWait still ends all."""
+    return spec.launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def _shielded_child() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # SIGTERM is blocked here
+    except (OSError, AttributeError):
+        pass
+
+
+def _start(command: list[str], workdir: Path, env: dict[str, str],
+           shield_mpiexec: bool = False) -> tuple[subprocess.Popen, _Streams]:
     log_path = workdir / "payload.log"
     with open(log_path, "ab") as handle:
         handle.write(f"$ {' '.join(command)}\n".encode())
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_shielded_child if shield_mpiexec else _die_with_parent)
     return proc, _Streams(proc, log_path)
 
 

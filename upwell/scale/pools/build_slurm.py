@@ -148,6 +148,10 @@ def agent_env(spec: PoolSpec, *, idle_exit_s: float, state_dir: str | None = Non
     env = {"UPWELL_POOL": spec.name, "UPWELL_VM_SIZE": spec.vm_size,
            "UPWELL_NODE_SPOT": "1" if spot or spec.options.get("spot") else "0",
            "UPWELL_IDLE_EXIT_S": f"{idle_exit_s:g}", "PYTHONUNBUFFERED": "1"}
+    # The payload's mpiexec runs its ranks on this node, inside the agent's step: it must not read the
+    # allocation (one task) or launch its daemons through a nested srun, which would hang.
+    env.update({"PRTE_MCA_plm": "^slurm", "PRTE_MCA_ras": "^slurm", "OMPI_MCA_plm": "^slurm",
+                "OMPI_MCA_ras": "^slurm"})
     env.update(cloud_env(spec))
     if state_dir:
         env["UPWELL_SLURM_STATE_DIR"] = str(state_dir)

@@ -7,11 +7,13 @@ or removes them: pending jobs are cancelled, idle agents are asked to drain
 and a busy agent is never touched. ``status()`` reads ``squeue`` with a fixed
 ``--format`` and maps Slurm's job states through ``translate_table``.
 
-Whether a running job's agent is busy comes from two places: the ledger (the
-``busy_nodes`` callable the Autoscaler passes: node ids running a shard), and,
-when the pool and the nodes share a file system, the state file each agent
-writes under ``state_dir/<pool>/<job id>.json``. Either one saying "running"
-keeps the job.
+Whether a running job's agent is busy comes from the state file each agent
+writes under ``state_dir/<pool>/<job id>.json`` when the pool and the nodes
+share a file system (idle | running | stopped), else from the ledger (the
+``busy_nodes`` callable the Autoscaler passes: node ids running a shard; it
+says "running" until collect has seen the result). A drain signal that meets an
+agent which took an item after all only lets it finish; one that meets an agent
+still starting ends its job before it took anything.
 
 The pool keeps its spec, the CLI runner, the state folder and the jobs it asked
 to drain (so that a second scale run does not count them twice).
@@ -121,13 +123,14 @@ class SlurmPool(WorkerPool):
         state = self.translate(job.state)
         if state is not NodeState.IDLE:
             return state
-        if build.node_id(self.spec.name, job.job_id) in busy:
-            return NodeState.RUNNING
         agent = self._agent_state(job.job_id)
-        if agent == "running":
-            return NodeState.RUNNING
         if agent == "stopped" or self._drain_sent(job.job_id):
             return NodeState.STOPPING
+        if agent == "running":
+            return NodeState.RUNNING
+        # The agent's own word is the freshest; the ledger says "running" until collect has run.
+        if agent is None and build.node_id(self.spec.name, job.job_id) in busy:
+            return NodeState.RUNNING
         return NodeState.IDLE
 
     def _agent_state(self, job_id: str) -> str | None:
