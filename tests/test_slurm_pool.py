@@ -190,7 +190,8 @@ def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, cpus_per_task=2)  # one agent per node
     pool.scale_to(2)
-    running = _wait(lambda: len(r := ledger.running("cpu")) == 2 and r, 120, "a shard running on each node",
+    running = _wait(lambda: len(r := [x for x in ledger.running("cpu") if x.get("node")]) == 2 and r, 120,
+                    "a shard running on each node",
                     lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
     victim = {j.job_id: j.nodes for j in pool.jobs()}[running[0]["node"].rsplit("-", 1)[1]]
     slurm.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=upwell-test")
