@@ -186,12 +186,15 @@ def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slur
 def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
     grid = b"[3.1, 3.3, 3.5, 3.7]"
     job_id = _ingest(store, "slurm/down/job.yaml", b"payload: logistic\npool: cpu\n"
-                     b"params: {steps: 200, burn_in: 50, sleep_s: 6}\ngrid: {r: " + grid + b"}\n")
+                     b"params: {steps: 200, burn_in: 50, sleep_s: 10}\ngrid: {r: " + grid + b"}\n")
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, cpus_per_task=2)  # one agent per node
     pool.scale_to(2)
-    running = _wait(lambda: len(r := [x for x in ledger.running("cpu") if x.get("node")]) == 2 and r, 120,
-                    "a shard running on each node",
+    def in_flight() -> list[dict]:  # this job's shards that run now (no collect here: skip finished ones)
+        return [x for x in ledger.running("cpu") if x["PartitionKey"] == job_id and x.get("node")
+                and not store.exists(f"results/{job_id}/{x['RowKey']}.json")]
+
+    running = _wait(lambda: len(r := in_flight()) == 2 and r, 120, "a shard running on each node",
                     lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
     victim = {j.job_id: j.nodes for j in pool.jobs()}[running[0]["node"].rsplit("-", 1)[1]]
     slurm.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=upwell-test")
