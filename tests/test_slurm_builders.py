@@ -231,3 +231,37 @@ def test_slurm_conf_for_a_local_cluster(tmp_path):
     assert f"StateSaveLocation={tmp_path}/state" in conf
     assert any(line.startswith("NodeName=n2 ") and "Port=7003" in line for line in conf)
     assert "PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP" in conf
+
+
+def test_rest_job_carries_what_the_sbatch_lines_say():
+    s = spec(partition="hpc", account="lab", qos="normal", constraint="hbv3", mem="4G", time="1-02:00:00",
+             cpus_per_task=8, exclusive=True, output="/shared/%j.out", signal_grace_s=60)
+    body = build.rest_job(s, "#!/bin/bash\n", {"UPWELL_POOL": "mpi"}, workdir="/shared/upwell")
+    assert body["script"] == "#!/bin/bash\n"
+    assert body["job"] == {"name": "upwell-mpi", "comment": "upwell-pool=mpi", "nodes": "1", "tasks": 1,
+                           "cpus_per_task": 8, "signal": "TERM@60", "requeue": False,
+                           "current_working_directory": "/shared/upwell", "environment": {"UPWELL_POOL": "mpi"},
+                           "partition": "hpc", "account": "lab", "qos": "normal", "constraints": "hbv3",
+                           "memory_per_node": 4096, "time_limit": 1560, "exclusive": "exclusive",
+                           "standard_output": "/shared/%j.out"}
+    assert build.rest_job(spec(partition="htc", spot_partition="spot"), "", {}, spot=True)["job"]["partition"] == "spot"
+    with pytest.raises(ConfigError, match="gres"):
+        build.rest_job(spec(gres="gpu:1"), "", {})
+
+
+@pytest.mark.parametrize("limit, minutes", [("90", 90), ("8:00:00", 480), ("1-00:00:00", 1440), ("30:30", 31),
+                                            ("2-12", 3600)])
+def test_time_minutes(limit, minutes):
+    assert build.time_minutes(limit) == minutes
+
+
+def test_parse_rest_jobs_like_squeue():
+    doc = {"jobs": [
+        {"job_id": 21, "job_state": "RUNNING", "partition": "hpc", "nodes": "n1", "state_reason": "None",
+         "name": "upwell-mpi", "comment": "upwell-pool=mpi"},
+        {"job_id": 22, "job_state": ["PENDING"], "partition": "hpc", "nodes": "", "state_reason": "Priority",
+         "name": "upwell-mpi", "comment": {"job": "upwell-pool=mpi"}},
+        {"job_id": 23, "job_state": "RUNNING", "name": "upwell-mpi", "comment": "not ours"},
+    ]}
+    assert [(j.job_id, j.state, j.nodes, j.reason) for j in build.parse_rest_jobs(doc, spec())] == [
+        ("21", "RUNNING", "n1", ""), ("22", "PENDING", "", "Priority")]

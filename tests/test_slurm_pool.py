@@ -218,3 +218,26 @@ def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
     assert not store.queue(names.poison_queue(names.work_queue("cpu"))).peek_messages(max_messages=1)
     assert sorted(r["metrics"]["r"] for r in results) == [3.1, 3.3, 3.5, 3.7]
     pool.scale_to(0)
+
+
+def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
+    """The same pool with options.slurmrestd: a real slurmrestd (local auth, unix socket) submits, lists
+    and drains the agents; #SBATCH lines are not read there, so the job's fields must carry them."""
+    url = slurm.start_rest()
+    job_id = _ingest(store, "slurm/rest/job.yaml", b"payload: logistic\npool: cpu\n"
+                     b"params: {steps: 200, burn_in: 50, sleep_s: 1}\ngrid: {r: [3.2, 3.6]}\n")
+    pool = _pool(store, tmp_path, slurmrestd=url, cpus_per_task=2)
+    pool.scale_to(2)
+    jobs = pool.jobs()
+    assert len(jobs) == 2 and {j.state for j in jobs} <= {"PENDING", "CONFIGURING", "RUNNING"}, jobs
+    shown = slurm.run("scontrol", "show", "job", jobs[0].job_id)
+    assert "JobName=upwell-cpu" in shown and "Comment=upwell-pool=cpu" in shown and "CPUs/Task=2" in shown
+    _wait(lambda: all(store.exists(f"results/{job_id}/s{i:05d}.json") for i in range(2)), 120,
+          "both shards' results", lambda: f"{pool.jobs()}\n{_job_logs(tmp_path)}")
+    results = [json.loads(store.read(f"results/{job_id}/s{i:05d}.json")) for i in range(2)]
+    assert [r["status"] for r in results] == ["succeeded"] * 2
+    assert {r["node"]["id"] for r in results} <= {f"slurm-cpu-{j.job_id}" for j in jobs}
+    _wait(lambda: pool.status().idle == 2, 60, "both agents idle", lambda: str(pool.status()))
+    pool.scale_to(0)
+    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the agents to drain", lambda: str(pool.jobs()))
+    assert {j.state for j in pool.jobs()} == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed

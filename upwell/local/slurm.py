@@ -22,12 +22,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DAEMONS = ("slurmctld", "slurmd")
+DAEMONS = ("slurmctld", "slurmd", "slurmrestd")
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
 HOW_TO_INSTALL = ("Slurm is not installed here. On Debian or Ubuntu, as root: `make slurm` (it runs "
-                  "`apt-get install -y slurm-wlm`); elsewhere install Slurm 22.05 or later so that "
-                  "slurmctld, slurmd, sbatch, squeue, scancel, scontrol, sinfo and srun are on PATH "
-                  "(slurmctld and slurmd are often in /usr/sbin).")
+                  "`apt-get install -y slurm-wlm slurmrestd`); elsewhere install Slurm 22.05 or later so that "
+                  "slurmctld, slurmd, slurmrestd, sbatch, squeue, scancel, scontrol, sinfo and srun are on PATH "
+                  "(the daemons are often in /usr/sbin).")
 
 
 class SlurmUnavailable(RuntimeError):
@@ -81,6 +81,7 @@ class LocalSlurm:
     nodes: tuple[str, ...] = ("n1", "n2")
     cpus: int = 2
     procs: list[subprocess.Popen] = field(default_factory=list)
+    rest_url: str = ""  # set once start_rest() has started slurmrestd
 
     @property
     def conf(self) -> Path:
@@ -106,11 +107,27 @@ class LocalSlurm:
             raise
         return self
 
-    def _spawn(self, argv: list[str], name: str) -> None:
+    def _spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> None:
         out = open(self.root / "log" / f"{name}.out", "ab")  # noqa: SIM115 - handed to the child
-        self.procs.append(subprocess.Popen(argv, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+        self.procs.append(subprocess.Popen(argv, env=env or self.env, stdout=out, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, start_new_session=True))
         out.close()
+
+    def start_rest(self, timeout: float = 15.0) -> str:
+        """slurmrestd on a unix socket (local auth: the caller's uid); returns its URL for the pool.
+        Root may run it here only because SLURMRESTD_SECURITY=disable_user_check says so."""
+        if self.rest_url:
+            return self.rest_url
+        sock = self.root / "slurmrestd.sock"
+        self._spawn([find("slurmrestd"), "-a", "rest_auth/local", "-s", "openapi/v0.0.38", f"unix:{sock}"],
+                    "slurmrestd", {**self.env, "SLURMRESTD_SECURITY": "disable_user_check"})
+        deadline = time.monotonic() + timeout
+        while not sock.exists():
+            if time.monotonic() > deadline or self.procs[-1].poll() is not None:
+                raise SlurmUnavailable(f"slurmrestd did not start; logs:\n{self.logs()}")
+            time.sleep(0.1)
+        self.rest_url = f"unix:{sock}"
+        return self.rest_url
 
     def run(self, *argv: str, check: bool = True) -> str:
         done = subprocess.run([find(argv[0]), *argv[1:]], env=self.env, capture_output=True, text=True,

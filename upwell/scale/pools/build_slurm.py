@@ -235,3 +235,85 @@ def parse_squeue(out: str, spec: PoolSpec) -> list[SlurmJob]:
         jobs.append(SlurmJob(job_id, state.split()[0].upper(), part, "" if nodes in ("(null)", "") else nodes,
                              "" if reason == "None" else reason, name, note))
     return jobs
+
+
+# --- slurmrestd (OpenAPI v0.0.38, Slurm 22.05) -----------------------------------------------
+# slurmrestd ignores #SBATCH lines: the job's options travel as fields beside the script.
+REST_API = "v0.0.38"
+_MEM = re.compile(r"^(\d+)([KMGT]?)B?$", re.IGNORECASE)
+
+
+def time_minutes(limit: str) -> int:
+    """A Slurm time ([D-]HH:MM:SS, MM:SS, MM or D-HH) in whole minutes, rounded up."""
+    days, _, rest = limit.rpartition("-") if "-" in limit else ("0", "", limit)
+    parts = [int(p) for p in rest.split(":")]
+    if "-" in limit:
+        h, m, s = (parts + [0, 0])[:3]
+    else:
+        h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
+        if len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+    return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def mem_mb(value: str) -> int:
+    match = _MEM.match(value)
+    if not match:
+        raise ValueError(value)
+    n, unit = int(match.group(1)), match.group(2).upper() or "M"
+    return {"K": max(1, n // 1024), "M": n, "G": n * 1024, "T": n * 1024 * 1024}[unit]
+
+
+def rest_job(spec: PoolSpec, script: str, env: dict[str, str], *, spot: bool = False,
+             workdir: str | None = None) -> dict:
+    """The body of POST /slurm/v0.0.38/job/submit: the script and the same options as its #SBATCH lines.
+    ``env`` is the job's whole environment (slurmrestd exports nothing of the caller's)."""
+    job: dict = {"name": job_name(spec), "comment": comment(spec), "nodes": "1", "tasks": 1,
+                 "cpus_per_task": _int(spec, "cpus_per_task", 1, low=1),
+                 "signal": f"TERM@{_int(spec, 'signal_grace_s', DEFAULT_GRACE_S)}",
+                 "requeue": bool(spec.options.get("requeue")),
+                 "current_working_directory": str(spec.options.get("workdir") or workdir or REPO),
+                 "environment": dict(env)}
+    part = partition(spec, spot=spot)
+    if part:
+        job["partition"] = part
+    for key, field in (("account", "account"), ("qos", "qos"), ("constraint", "constraints")):
+        value = _text(spec, key)
+        if value:
+            job[field] = value
+    if _text(spec, "mem"):
+        try:
+            job["memory_per_node"] = mem_mb(_text(spec, "mem") or "")
+        except ValueError:
+            raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.mem must be a size like 4G") from None
+    limit = _text(spec, "time")
+    if limit:
+        directives(spec)  # validates the time
+        job["time_limit"] = time_minutes(limit) if limit not in ("UNLIMITED", "INFINITE") else None
+        if job["time_limit"] is None:
+            job.pop("time_limit")
+    if spec.options.get("exclusive"):
+        job["exclusive"] = "exclusive"
+    if spec.options.get("gres"):
+        raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.gres is not supported through slurmrestd "
+                          f"{REST_API}; use the command-line clients for GPU pools")
+    if spec.options.get("output"):
+        job["standard_output"] = str(spec.options["output"])
+    return {"script": script, "job": job}
+
+
+def parse_rest_jobs(doc: dict, spec: PoolSpec) -> list[SlurmJob]:
+    """GET /slurm/v0.0.38/jobs: the pool's jobs (same name and comment), as squeue would show them."""
+    jobs = []
+    for job in doc.get("jobs") or []:
+        note = job.get("comment")
+        note = note.get("job") if isinstance(note, dict) else note
+        if job.get("name") != job_name(spec) or note != comment(spec):
+            continue
+        state = job.get("job_state")
+        state = state[0] if isinstance(state, list) and state else state
+        reason = str(job.get("state_reason") or "")
+        jobs.append(SlurmJob(str(job.get("job_id")), str(state or "UNKNOWN").upper(), str(job.get("partition") or ""),
+                             str(job.get("nodes") or ""), "" if reason == "None" else reason, job_name(spec),
+                             comment(spec)))
+    return jobs

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from upwell import logs
+from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.scale.pools import build_slurm as build
 from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
@@ -63,6 +63,103 @@ class SlurmCli:
         if done.returncode != 0:
             raise translate_error(argv[0], done.stderr or done.stdout)
         return done.stdout
+
+
+class CliDriver:
+    """The pool's three verbs through sbatch, squeue and scancel (``run``: a SlurmCli or a stand-in)."""
+
+    def __init__(self, run: Callable[..., str]):
+        self.run = run
+
+    def submit(self, spec: PoolSpec, script: str, *, spot: bool = False) -> str:
+        try:
+            return build.parse_job_id(self.run(build.sbatch_argv(spec), script))
+        except ValueError as exc:
+            raise PoolError(f"sbatch: {exc}") from None
+
+    def jobs(self, spec: PoolSpec) -> list[build.SlurmJob]:
+        try:
+            return build.parse_squeue(self.run(build.squeue_argv(spec)), spec)
+        except ValueError as exc:
+            raise PoolError(f"squeue: {exc}") from None
+
+    def cancel(self, job_ids: list[str], *, signal: str | None = None) -> None:
+        self.run(build.scancel_argv(job_ids, signal=signal))
+
+
+class RestDriver:
+    """The same verbs through slurmrestd (OpenAPI v0.0.38). ``url``: http(s)://host:port or
+    unix:/path/to/socket; the JWT, when the site uses one, comes from the env var ``token_env``
+    (never from settings). Keeps only the address and the credentials' names."""
+
+    def __init__(self, url: str, *, user: str | None = None, token_env: str | None = None,
+                 env: dict[str, str] | None = None, timeout_s: float = 30.0):
+        self.url, self.user, self.token_env, self.timeout_s = url, user, token_env, timeout_s
+        self.env = env
+
+    def _connection(self):
+        import http.client
+        import socket
+        from urllib.parse import urlsplit
+
+        if self.url.startswith("unix:"):
+            path, timeout = self.url[len("unix:"):], self.timeout_s
+
+            class UnixConnection(http.client.HTTPConnection):
+                def connect(self):
+                    self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    self.sock.settimeout(timeout)
+                    self.sock.connect(path)
+
+            return UnixConnection("localhost", timeout=timeout)
+        parts = urlsplit(self.url)
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        return cls(parts.hostname, parts.port, timeout=self.timeout_s)
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        import os
+
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        env = self.env if self.env is not None else os.environ
+        if self.user:
+            headers["X-SLURM-USER-NAME"] = self.user
+        if self.token_env and env.get(self.token_env):
+            headers["X-SLURM-USER-TOKEN"] = env[self.token_env]
+        conn = self._connection()
+        try:
+            conn.request(method, f"/slurm/{build.REST_API}{path}", json.dumps(body) if body is not None else None,
+                         headers)
+            response = conn.getresponse()
+            raw = response.read()
+        except OSError as exc:
+            raise PoolError(f"slurmrestd at {self.url}: {exc}", kind=PoolErrorKind.THROTTLED,
+                            retry_after=30.0) from None
+        finally:
+            conn.close()
+        try:
+            doc = json.loads(raw or b"{}")
+        except ValueError:
+            doc = {"errors": [{"error": raw[:300].decode(errors="replace")}]}
+        errors = [e for e in doc.get("errors") or [] if e.get("error") or e.get("description")]
+        if response.status >= 400 or errors:
+            text = "; ".join(str(e.get("error") or e.get("description")) for e in errors) or f"HTTP {response.status}"
+            if response.status in (401, 403):
+                raise PoolError(f"slurmrestd: {text}", kind=PoolErrorKind.AUTH)
+            raise translate_error("slurmrestd", text)
+        return doc
+
+    def submit(self, spec: PoolSpec, script: str, *, spot: bool = False, env: dict[str, str] | None = None) -> str:
+        doc = self.call("POST", "/job/submit", build.rest_job(spec, script, env or {}, spot=spot))
+        if not doc.get("job_id"):
+            raise PoolError(f"slurmrestd returned no job id: {str(doc)[:300]}")
+        return str(doc["job_id"])
+
+    def jobs(self, spec: PoolSpec) -> list[build.SlurmJob]:
+        return build.parse_rest_jobs(self.call("GET", "/jobs"), spec)
+
+    def cancel(self, job_ids: list[str], *, signal: str | None = None) -> None:
+        for job in job_ids:
+            self.call("DELETE", f"/job/{job}" + (f"?signal={signal}" if signal else ""))
 
 
 def translate_error(command: str, stderr: str) -> PoolError:
@@ -107,16 +204,19 @@ class SlurmPool(WorkerPool):
         self.state_dir = Path(shared)
         self.idle_exit_s = float(spec.options.get("idle_exit_s", idle_exit_s))
         self.busy_nodes = busy_nodes
-        self.run = client or SlurmCli(env)
+        self.env = env
+        rest = spec.options.get("slurmrestd")
+        if rest and client is None:
+            self.driver: CliDriver | RestDriver = RestDriver(str(rest), user=spec.options.get("slurmrestd_user"),
+                                                             token_env=spec.options.get("slurmrestd_token_env"),
+                                                             env=env)
+        else:
+            self.driver = CliDriver(client or SlurmCli(env))
         self._draining: dict[str, float] = {}  # job id -> when the drain signal went
 
     # -- observation -----------------------------------------------------------------
     def jobs(self) -> list[build.SlurmJob]:
-        out = self.run(build.squeue_argv(self.spec))
-        try:
-            return build.parse_squeue(out, self.spec)
-        except ValueError as exc:
-            raise PoolError(f"squeue: {exc}") from None
+        return self.driver.jobs(self.spec)
 
     def node_state(self, job: build.SlurmJob, busy: Collection[str]) -> NodeState:
         """One job's node state: Slurm's state, refined for a running job by the agent and the ledger."""
@@ -204,7 +304,7 @@ class SlurmPool(WorkerPool):
 
     def _cancel(self, job_ids: list[str], *, signal: str | None = None) -> None:
         try:
-            self.run(build.scancel_argv(job_ids, signal=signal))
+            self.driver.cancel(job_ids, signal=signal)
         except PoolError as exc:
             if not any(s in str(exc).lower() for s in _ALREADY_GONE):
                 raise
@@ -213,12 +313,23 @@ class SlurmPool(WorkerPool):
         """One agent job; returns its id."""
         script = build.batch_script(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir),
                                     spot=spot)
-        try:
-            job_id = build.parse_job_id(self.run(build.sbatch_argv(self.spec), script))
-        except ValueError as exc:
-            raise PoolError(f"sbatch: {exc}") from None
+        if isinstance(self.driver, RestDriver):
+            job_id = self.driver.submit(self.spec, script, spot=spot, env=self._rest_env(spot))
+        else:
+            job_id = self.driver.submit(self.spec, script, spot=spot)
         log.info("slurm.submitted", pool=self.spec.name, job_id=job_id, spot=spot)
         return job_id
+
+    def _rest_env(self, spot: bool) -> dict[str, str]:
+        """What sbatch would have exported for the agent: PATH, the storage settings, the agent's own."""
+        import os
+
+        source = self.env if self.env is not None else os.environ
+        env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
+        env.update({k: v for k, v in source.items() if k == names.CONNECTION
+                    or k.startswith(f"{names.CONNECTION}__") or k in _PASSED_TO_REST_JOBS})
+        env.update(build.agent_env(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir), spot=spot))
+        return env
 
     def cancel_all(self) -> None:
         """Cancel every job of the pool, busy or not (for ``upwell down`` and tests, never the scaler):
@@ -232,5 +343,7 @@ class SlurmPool(WorkerPool):
 
 
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
+# What a REST submission passes on from the scaler's environment (sbatch would export everything).
+_PASSED_TO_REST_JOBS = ("SLURM_CONF", "AZURE_CLIENT_ID", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 # Pending reasons that are the normal wait; any other (a limit, a down partition) is told to the jobs.
 _ROUTINE = frozenset({"", "Priority", "Resources", "None", "BeginTime", "Dependency", "Cleaning"})
