@@ -57,6 +57,7 @@ class AgentConfig:
     state_file: str = ""  # where the local pool reads this worker's state
     scratch: str = ""
     max_items: int = 0  # 0: unlimited
+    ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
@@ -68,7 +69,8 @@ class AgentConfig:
                   scratch=env.get("UPWELL_SCRATCH", ""),
                   max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
                   lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
-                  retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0))
+                  retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
+                  ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
@@ -211,7 +213,7 @@ class Agent:
             resume = self._stage_checkpoint(item, root)
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                 stop=self.stop, on_tick=hand.lease.renew)
+                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None)
             return self._settle(hand, result, input_path)
         except UpwellError as exc:  # staging, the launcher refusing the parameters, storage
             verdict = decide_attempt(AttemptResult(error=exc), hand.shard, item.attempt, self.attempts)

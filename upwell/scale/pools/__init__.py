@@ -13,7 +13,10 @@ raises ConfigError:
   DefaultAzureCredential, or ManagedIdentityCredential when
   ``spec.options["identity_client_id"]``/AZURE_CLIENT_ID names one), ``client``
   (a ready SDK client, e.g. for tests) and ``client_kwargs`` (passed to the SDK
-  client: base_url, retry and polling settings, extra policies).
+  client: base_url, retry and polling settings, extra policies);
+- slurm: ``state_dir``, ``idle_exit_s``, ``env`` (the Slurm commands' environment,
+  e.g. SLURM_CONF) and ``client`` (a callable that runs a Slurm
+  command; see upwell.scale.pools.slurm).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ POOLS: dict[str, str] = {
     "batch": "upwell.scale.pools.batch:BatchPool",
     "vmss": "upwell.scale.pools.vmss:VmssPool",
     "aci": "upwell.scale.pools.aci:AciPool",
+    "slurm": "upwell.scale.pools.slurm:SlurmPool",
 }
 
 # The keywords each backend's constructor takes (tests/test_autoscaler.py checks them
@@ -37,6 +41,7 @@ KEYWORDS: dict[str, frozenset[str]] = {
     "batch": frozenset({"credential", "client", "arm_client", "client_kwargs"}),
     "vmss": frozenset({"credential", "client", "client_kwargs"}),
     "aci": frozenset({"credential", "client", "client_kwargs"}),
+    "slurm": frozenset({"state_dir", "idle_exit_s", "env", "client"}),
 }
 
 __all__ = ["KEYWORDS", "POOLS", "NodeState", "PoolSpec", "PoolStatus", "WorkerPool", "backend_class", "make_pool"]
