@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import logging
 import os
 import shutil
 import signal
@@ -25,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from upwell import registry
+from upwell import logs, registry
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress
 
-log = logging.getLogger(__name__)
+log = logs.get("workers.launch")
 
 TAIL_BYTES = 4096
 TICK_S = 5.0  # how often on_tick runs: well inside a queue lease of 30 s or more
@@ -302,7 +301,7 @@ def _tick(on_tick: Callable[[], None] | None) -> None:
     try:
         on_tick()
     except Exception:  # a failed lease extension is the agent's to act on, not a reason to kill the payload
-        log.exception("on_tick failed")
+        log.exception("launch.on_tick_failed")
 
 
 def _signal_group(proc: subprocess.Popen, signum: signal.Signals, outcome: _Outcome | None) -> None:
