@@ -10,8 +10,8 @@ and a busy agent is never touched. ``status()`` reads ``squeue`` with a fixed
 Whether a running job's agent is busy comes from the state file each agent
 writes under ``state_dir/<pool>/<job id>.json`` when the pool and the nodes
 share a file system (idle | running | stopped), else from the ledger (the
-``busy`` set the Autoscaler passes in: node ids running a shard; it says
-"running" until collect has seen the result). A drain signal that meets an
+busy set the Autoscaler passes in: node ids running a shard; it
+says "running" until collect has seen the result). A drain signal that meets an
 agent which took an item after all only lets it finish; one that meets an agent
 still starting ends its job before it took anything.
 
@@ -182,6 +182,7 @@ class SlurmPool(WorkerPool):
 
     # Slurm's job states (squeue %T), lower case. RUNNING is IDLE until the agent or the ledger says
     # it holds a shard. CONFIGURING is a CycleCloud node still booting for the job.
+    expected_boot_s = 0.0  # the cluster's nodes are up (a CycleCloud nodearray that powers nodes up: options.boot_s)
     translate_table = {
         "pending": NodeState.PENDING, "configuring": NodeState.PENDING, "requeued": NodeState.PENDING,
         "requeue_hold": NodeState.PENDING, "requeue_fed": NodeState.PENDING, "resizing": NodeState.PENDING,
@@ -193,8 +194,6 @@ class SlurmPool(WorkerPool):
         "out_of_memory": NodeState.FAILED, "deadline": NodeState.FAILED, "revoked": NodeState.FAILED,
         "special_exit": NodeState.FAILED,
     }
-
-    expected_boot_s = 0.0  # the cluster's nodes are up (a CycleCloud nodearray that powers nodes up: options.boot_s)
 
     def __init__(self, spec: PoolSpec, state_dir: Path | None = None, *, idle_exit_s: float = 120.0,
                  env: dict[str, str] | None = None, client: Callable[..., str] | None = None):
@@ -244,7 +243,7 @@ class SlurmPool(WorkerPool):
         return sent is not None and time.monotonic() - sent < DRAIN_S
 
     def _observe(self, busy: Busy) -> tuple[list[build.SlurmJob], dict[str, NodeState]]:
-        """Unfinished jobs and their states; without a busy set the agents' state files still protect busy ones."""
+        # Without the ledger's busy set (None) the agents' state files still protect busy agents.
         jobs = [j for j in self.jobs() if j.state not in FINISHED]
         return jobs, {j.job_id: self.job_state(j, busy or ()) for j in jobs}
 
