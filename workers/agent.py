@@ -35,6 +35,7 @@ from upwell import logs, names
 from upwell.errors import DecodeError, InputRejected, TransientError
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, decode
+from upwell.payloads.registry import Registry
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
@@ -108,6 +109,7 @@ class Agent:
         self.config = config
         self.settings = settings or Settings.from_env()
         self.ledger = Ledger(storage)
+        self.definitions = Registry(storage, self.settings.registry_allowlist)
         self.queue = storage.queue(names.work_queue(config.pool))
         self.poison = storage.queue(names.poison_queue(names.work_queue(config.pool)))
         self.stop = threading.Event()  # preempt now
@@ -220,7 +222,7 @@ class Agent:
             log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             try:
                 result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                     stop=self.stop, on_tick=lease.extend)
+                                     stop=self.stop, on_tick=lease.extend, definitions=self.definitions)
             except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
                 return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
                                     started=started)

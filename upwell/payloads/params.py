@@ -18,7 +18,7 @@ from upwell import params as P
 from upwell.errors import InputRejected
 from upwell.payloads.definition import Definition, Param
 
-MAX_STR = 4096
+MAX_STR = 1 << 16  # the manifest limit max_param_bytes (16 KiB) is usually met first
 BUILTIN_MODELS: dict[str, type[P.Params]] = {
     "workers.payloads.logistic": P.LogisticParams,
     "workers.payloads.channel_stats": P.ChannelStatsParams,
@@ -71,6 +71,8 @@ def check_value(name: str, p: Param, value: Any) -> str | None:
 
 def validate(definition: Definition, params: dict[str, Any], *, where: str = "params") -> dict[str, Any]:
     """The full parameter set (defaults filled in); InputRejected names the first bad field."""
+    if definition.module in BUILTIN_MODELS:  # the built-in's own model first: its messages, its cross-field rules
+        _builtin_model(definition, params, where)
     unknown = sorted(set(params) - set(definition.params))
     if unknown:
         raise InputRejected(f"{where}.{unknown[0]}: {definition.name} has no param {unknown[0]!r}; "

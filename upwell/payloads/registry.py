@@ -111,6 +111,10 @@ class Registry:
         except ResourceNotFoundError:
             return []
 
+    def names(self) -> list[str]:
+        """Every payload a manifest may name: built-in and registered."""
+        return sorted(set(builtins(folder=self.folder)) | set(self._names()))
+
     def list(self) -> list[Loaded]:
         """Every built-in and every registered version, built-ins first."""
         out = list(builtins(folder=self.folder).values())

@@ -14,7 +14,13 @@ from pydantic import ValidationError
 
 from upwell.errors import InputRejected
 from upwell.payloads.definition import (
-    BUILTINS, DIGEST, Definition, content_hash, placeholders, registry_allowed, registry_of,
+    BUILTINS,
+    DIGEST,
+    Definition,
+    content_hash,
+    placeholders,
+    registry_allowed,
+    registry_of,
 )
 
 ARGV_PATHS = ("command", "checkpoint.resume")
