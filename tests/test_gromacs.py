@@ -25,12 +25,12 @@ from upwell.errors import InputRejected
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem
+from upwell.payloads.argv import values_for
 from upwell.payloads.definition import render
 from upwell.payloads.registry import builtins
 from upwell.settings import Settings
 from upwell.storage import Storage
 from workers.launch import run_payload
-from workers.runner import values_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HOW = ("GROMACS is not installed: `make gromacs` as root on Debian/Ubuntu (apt-get install gromacs), "

@@ -26,7 +26,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,32 +35,12 @@ from typing import Any
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import params as payload_params
-from upwell.payloads.definition import Definition, argv_text, render
+from upwell.payloads.argv import command_argv, values_for
+from upwell.payloads.definition import Definition, render
 from upwell.payloads.validate import Loaded
 from workers import launch
 
 STEP_TIMEOUT_S = 600.0
-
-
-def values_for(d: Definition, item: WorkItem, workdir: Path, params: dict[str, Any]) -> dict[str, str]:
-    """Placeholder values: the params, then the built-ins (which params may not shadow)."""
-    values = {k: argv_text(v) for k, v in params.items()}
-    values.update(workdir=str(workdir), out=str(workdir / "out"), ckpt=str(workdir / "ckpt"),
-                  input=str(workdir / d.input.path), ranks=str(max(1, int(item.ranks))), gpus=str(item.gpus),
-                  job_id=item.job_id, shard_id=item.shard_id, attempt=str(item.attempt), python=sys.executable)
-    return values
-
-
-def command_argv(d: Definition, values: dict[str, str], *, resume: bool) -> list[str]:
-    """The command's argv as it runs: launcher prefix, command, and the resume argv when resuming."""
-    argv = [render(a, values) for a in d.command]
-    if resume:
-        argv += [render(a, values) for a in d.checkpoint.resume]
-    if d.launcher.kind == "mpi":
-        argv = [render(a, values) for a in d.launcher.mpiexec] + argv
-    elif d.launcher.kind == "torchrun":
-        argv = [render(a, values) for a in d.launcher.torchrun] + argv
-    return argv
 
 
 def _matches(workdir: Path, patterns: list[str]) -> list[Path]:
