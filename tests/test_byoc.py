@@ -120,3 +120,51 @@ def test_demo_names_a_missing_tool(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert missing_tool(samples / "gromacs-water") == "gmx"
     assert missing_tool(samples / "heat-sweep") is None
+
+
+WC = """
+schema: 1
+name: fasta-count
+version: 1.0.0
+owner: a test lab
+image: labcr.azurecr.io/tools/coreutils@sha256:<DIGEST>
+input: {required: true, path: input/reads.fa}
+command: [grep, -c, "^>", "{input}"]
+outputs:
+  metrics_regex: {records: '^(\\d+)$'}
+""".replace("<DIGEST>", "c0" * 32)
+
+
+def test_whole_files_reach_the_tool_unchanged(azurite, tmp_path, monkeypatch):
+    """A data manifest with shard: {whole_files: true}: each file is one shard, byte for byte (not CSV rows)."""
+    from upwell.ingest.ingestor import Ingestor
+    from upwell.messages import decode
+    from upwell.payloads.registry import Registry
+    from upwell.settings import Settings
+    from workers.launch import run_payload
+
+    monkeypatch.setenv(names.CONNECTION, azurite.connection_string)
+    store = Storage(azurite.connection_string)
+    store.ensure()
+    store.queue(names.work_queue("cpu")).clear_messages()
+    definition = tmp_path / "fasta-count.yaml"
+    definition.write_text(WC)
+    assert _cli("payload", "push", str(definition)).exit_code == 0
+    files = {"a.fa": ">r1\nACGT\n>r2\nGG\n", "b.fa": ">only\nTTTT\nTT\n"}
+    for name, text in files.items():
+        store.blob(names.INCOMING, f"byo/fasta/data/{name}").upload_blob(text.encode(), overwrite=True)
+    manifest = b"payload: fasta-count\ndata: [data/a.fa, data/b.fa]\nshard: {whole_files: true}\n"
+    store.blob(names.INCOMING, "byo/fasta/job.yaml").upload_blob(manifest, overwrite=True)
+    outcome = Ingestor(store, Settings()).ingest("byo/fasta/job.yaml")
+    assert outcome.status == "accepted" and outcome.shards == 2, outcome.message
+    items = [decode(m.content) for m in store.queue(names.work_queue("cpu")).receive_messages(max_messages=2)]
+    counts = {}
+    for item in sorted(items, key=lambda i: i.shard_id):
+        assert item.input_blob.endswith(".fa") and item.payload_sha256.startswith("sha256:")
+        local = tmp_path / item.shard_id / "in.fa"
+        local.parent.mkdir()
+        local.write_bytes(store.read(item.input_blob))
+        counts[item.shard_id] = run_payload(item, tmp_path / item.shard_id / "work", input_path=local,
+                                            definitions=Registry(store)).metrics["records"]
+    assert [store.read(i.input_blob).decode() for i in sorted(items, key=lambda i: i.shard_id)] == list(files.values())
+    assert counts == {"s00000": 2, "s00001": 1}

@@ -14,6 +14,7 @@ import re
 import tempfile
 import unicodedata
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -23,7 +24,7 @@ from azure.storage.queue import QueueClient
 from upwell import logs, names
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import shard_csv, shard_parquet
+from upwell.ingest.sharding import archive_kind, shard_csv, shard_parquet
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, encode
 from upwell.payloads import params as payload_params
@@ -161,7 +162,14 @@ class Ingestor:
                                            spec.definition)
             shards = [(f"s{i:05d}", p, None, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
                       for i, p in enumerate(points)]
-        return self._dispatch(job, shards, spec, m.resources, bound)
+        return self._dispatch(job, shards, spec, self._resources(m, spec.definition), bound)
+
+    @staticmethod
+    def _resources(m: manifests.Manifest, definition) -> manifests.Resources:
+        """The manifest's resources, else the definition's ranks and GPUs."""
+        if "resources" in m.model_fields_set:
+            return m.resources
+        return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
@@ -173,6 +181,13 @@ class Ingestor:
                 raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
             local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
             path = ref if ref.startswith(f"{names.INCOMING}/") else local
+            if m.shard.whole_files:
+                params = dict(m.params)
+                payload_params.validate(spec.definition, params)
+                blob_path, digest = self._whole_file(job_id, index, path, i)
+                yield (f"s{index:05d}", params, blob_path, digest)
+                index += 1
+                continue
             for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
                 params = dict(m.params)
                 payload_params.validate(spec.definition, params)
@@ -180,6 +195,26 @@ class Ingestor:
                 self.storage.write(blob_path, shard.data)
                 yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
                 index += 1
+
+    def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
+        """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
+        container, name = path.split("/", 1)
+        try:
+            data = self.storage.blob(container, name).download_blob().readall()
+        except ResourceNotFoundError:
+            raise InputRejected(f"data blob {path} does not exist", field=f"data[{i}]") from None
+        if len(data) > self.settings.max_upload_bytes:
+            raise InputRejected(f"data[{i}] is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}",
+                                field=f"data[{i}]", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
+        kind = archive_kind(data[:512])
+        if kind:
+            raise InputRejected(f"data[{i}] is a {kind} archive; archives are not accepted: upload the files "
+                                "themselves", field=f"data[{i}]")
+        suffix = PurePosixPath(name).suffix
+        suffix = suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,10}", suffix) else ""
+        blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}{suffix}"
+        self.storage.write(blob_path, data)
+        return blob_path, hashlib.sha256(data).hexdigest()
 
     # -- instrument drops ----------------------------------------------------------
     def _instrument(self, job_id: str, name: str, props, bound) -> Outcome:

@@ -42,6 +42,8 @@ class ShardRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     rows: int | None = Field(None, ge=1, le=10_000_000)
     bytes: int | None = Field(None, ge=1024, le=1 << 34)
+    whole_files: bool = Field(False, description="each data file is one shard, as uploaded, in any format "
+                                                 "(a tool's own input: FASTQ, PDB, a mesh); not split into rows")
 
 
 class Manifest(BaseModel):
