@@ -56,6 +56,8 @@ def test_good_definition_has_no_problems():
     ({"command": ["wc", "-l", "{inptu}"]}, "unknown-placeholder", "command[2]"),
     ({"prepare": [["cp", "{nope}", "x"]]}, "unknown-placeholder", "prepare[0][1]"),
     ({"files": {"a.cfg": "n = {n}\nm = {missing}\n"}}, "unknown-placeholder", "files.a.cfg"),
+    ({"outputs": {"post": [{"command": ["x"], "stdin": "{nope}"}]}}, "unknown-placeholder", "outputs.post[0].stdin"),
+    ({"outputs": {"post": [{"command": "gmx energy -f md.edr"}]}}, "command-not-argv", "outputs.post[0].command"),
     ({"params": {"label": {"default": "x"}}}, "param-without-type", "params.label.type"),
     ({"params": {"label": "str"}}, "param-without-type", "params.label.type"),
     ({"command": "wc -l {input} | sort"}, "command-not-argv", "command"),

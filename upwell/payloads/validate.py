@@ -81,7 +81,7 @@ def _argvs(doc: dict) -> list[tuple[str, Any]]:
         found += [(f"prepare[{i}]", a) for i, a in enumerate(prepare)]
     post = _get(doc, "outputs", "post")
     if isinstance(post, list):
-        found += [(f"outputs.post[{i}].command", _get(p, "command")) for i in range(len(post)) for p in [post[i]]]
+        found += [(f"outputs.post[{i}].command", _get(step, "command")) for i, step in enumerate(post)]
     return [(path, value) for path, value in found if value is not None]
 
 
@@ -111,6 +111,9 @@ def _named(doc: dict, allowlist: tuple[str, ...]) -> list[Problem]:
     files = doc.get("files") if isinstance(doc.get("files"), dict) else {}
     for name, text in files.items():
         out += _unknown(f"files.{name}", text, known)
+    post = _get(doc, "outputs", "post")
+    for i, step in enumerate(post if isinstance(post, list) else []):
+        out += _unknown(f"outputs.post[{i}].stdin", _get(step, "stdin"), known)
     return out
 
 
@@ -135,7 +138,7 @@ def _semantic(d: Definition) -> list[Problem]:
         if plot.x not in d.params:
             out.append(Problem("invalid", f"report.plots[{i}].x", f"{plot.x!r} is not a param"))
     used = {name for argv in d.argvs().values() for element in argv for name in placeholders(element)}
-    used |= {name for text in d.files.values() for name in placeholders(text)}
+    used |= {name for text in [*d.files.values(), *(p.stdin for p in d.outputs.post)] for name in placeholders(text)}
     if d.input.required and not d.module and "input" not in used:
         out.append(Problem("invalid", "input.required", "an input is required but no argv uses {input}"))
     for name in sorted(used & set(d.params)):
