@@ -23,6 +23,7 @@ def document(item: WorkItem, status: str, *, shard: dict, job: dict, node: dict,
              finished: str, settings: Settings, launch=None, input_path: Path | None = None,
              artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "") -> dict:
     queued = shard.get("queued_at")
+    definition = dict(getattr(launch, "definition", None) or {}) or _definition_of(job)
     metrics = dict(getattr(launch, "metrics", None) or {})
     input_sha = provenance.sha256_file(input_path) if input_path else shard.get("input_sha256", "")
     return {
@@ -52,8 +53,8 @@ def document(item: WorkItem, status: str, *, shard: dict, job: dict, node: dict,
         "node": node,
         "provenance": {
             "code_version": settings.code_version or provenance.code_version(),
-            "image_digest": (getattr(launch, "definition", None) or {}).get("image_digest") or settings.image_digest,
-            "definition": {k: v for k, v in (getattr(launch, "definition", None) or {}).items() if k != "report"},
+            "image_digest": definition.get("image_digest") or settings.image_digest,
+            "definition": {k: v for k, v in definition.items() if k != "report"},
             "input_sha256": input_sha,
             "manifest_hash": job.get("manifest_hash", ""),
             "params": item.params,
@@ -61,11 +62,21 @@ def document(item: WorkItem, status: str, *, shard: dict, job: dict, node: dict,
             "packages": provenance.packages(),
             "trace_id": item.trace_id,
         },
-        "report": (getattr(launch, "definition", None) or {}).get("report") or {},
+        "report": definition.get("report") or {},
         "error": error,
         "stderr_tail": (stderr_tail or getattr(launch, "stderr_tail", "") or "")[-4000:] if status != "succeeded"
         else "",
     }
+
+
+def _definition_of(job: dict) -> dict:
+    """What the job row recorded of the definition at ingest, for results written without a run
+    (poisoned before the payload started)."""
+    if not job.get("payload_sha256"):
+        return {}
+    image = str(job.get("payload_image") or "")
+    return {"name": job.get("payload"), "version": job.get("payload_version"), "sha256": job["payload_sha256"],
+            "image": image, "image_digest": image.rsplit("@", 1)[1] if "@" in image else ""}
 
 
 def write(storage: Storage, item: WorkItem, doc: dict) -> bool:
