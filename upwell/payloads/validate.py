@@ -85,16 +85,21 @@ def _argvs(doc: dict) -> list[tuple[str, Any]]:
     return [(path, value) for path, value in found if value is not None]
 
 
+def _image(image: Any, allowlist: tuple[str, ...]) -> list[Problem]:
+    if not isinstance(image, str):
+        return []
+    out = []
+    if not DIGEST.match(image):
+        out.append(Problem("image-not-digest", "image", f"{image!r} is not pinned by digest: use "
+                           "registry/repository@sha256:<64 hex digits> (a tag can move; a digest cannot)"))
+    if not registry_allowed(image, allowlist):
+        out.append(Problem("registry-not-allowed", "image", f"registry {registry_of(image)!r} is not on the "
+                           f"allowlist {list(allowlist)} (UPWELL_REGISTRY_ALLOWLIST)"))
+    return out
+
+
 def _named(doc: dict, allowlist: tuple[str, ...]) -> list[Problem]:
-    out: list[Problem] = []
-    image = doc.get("image")
-    if isinstance(image, str):
-        if not DIGEST.match(image):
-            out.append(Problem("image-not-digest", "image", f"{image!r} is not pinned by digest: use "
-                               "registry/repository@sha256:<64 hex digits> (a tag can move; a digest cannot)"))
-        if not registry_allowed(image, allowlist):
-            out.append(Problem("registry-not-allowed", "image", f"registry {registry_of(image)!r} is not on the "
-                               f"allowlist {list(allowlist)} (UPWELL_REGISTRY_ALLOWLIST)"))
+    out = _image(doc.get("image"), allowlist)
     params = doc.get("params") if isinstance(doc.get("params"), dict) else {}
     for name, spec in params.items():
         if not isinstance(spec, dict) or "type" not in spec:
@@ -133,6 +138,10 @@ def _loc(loc: tuple) -> str:
 
 def _semantic(d: Definition) -> list[Problem]:
     """Cross-field checks the schema cannot express."""
+    return _placeholders_used(d) + _paths_inside(d) + _defaults(d)
+
+
+def _placeholders_used(d: Definition) -> list[Problem]:
     out = []
     for i, plot in enumerate(d.report.plots):
         if plot.x not in d.params:
@@ -145,10 +154,20 @@ def _semantic(d: Definition) -> list[Problem]:
         if d.params[name].default is None and not d.params[name].required:
             out.append(Problem("invalid", f"params.{name}", f"{{{name}}} is used in an argv or file, so the "
                                "param needs a default or required: true"))
+    return out
+
+
+def _paths_inside(d: Definition) -> list[Problem]:
+    out = []
     for where, rel in d.relative_paths().items():
         parts = rel.replace("\\", "/").split("/")
         if not rel or rel.startswith(("/", "~")) or any(part in ("", ".", "..") for part in parts):
             out.append(Problem("invalid", where, f"{rel!r} must be a relative path inside the work dir"))
+    return out
+
+
+def _defaults(d: Definition) -> list[Problem]:
+    out = []
     for name, p in d.params.items():
         if p.default is not None:
             from upwell.payloads.params import check_value
