@@ -57,8 +57,7 @@ def test_local_process_gets_the_argv(echo, tmp_path):
 def test_contract_batch_task_carries_image_and_argv(echo, server, credential, client_kwargs):
     _, _, run = echo
     server.route("POST", r"/jobs/job-1/tasks", batch.R(201))
-    pool = make_pool(batch.spec(server), credential=credential, client_kwargs=client_kwargs,
-                     busy_nodes=lambda pool: ())
+    pool = make_pool(batch.spec(server), credential=credential, client_kwargs=client_kwargs)
     pool.add_task("job-1", payload_task(pool.spec, "s00000-1", run))
     sent = server.calls("POST", r"/jobs/job-1/tasks")[0].body
     assert sent["containerSettings"]["imageName"] == IMAGE
