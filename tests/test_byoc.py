@@ -76,8 +76,8 @@ def test_a_second_tool_by_a_definition_alone(sqlite3, azurite, tmp_path, monkeyp
         store.blob(names.INCOMING, "byo/sqlite/data/readings.csv").upload_blob(csv.encode(), overwrite=True)
         etag = store.blob(names.INCOMING, "byo/sqlite/job.yaml").upload_blob(manifest, overwrite=True)["etag"]
         job = wait_reported(store, job_id_for("byo/sqlite/job.yaml", etag), timeout=180)
-    assert job["status"] == "succeeded" and job["shards_done"] == 3, job
-    docs = [json.loads(store.read(f"results/{job['job_id']}/s0000{i}.json")) for i in range(3)]
+    assert job.status == "succeeded" and job.shards_done == 3, job
+    docs = [json.loads(store.read(f"results/{job.job_id}/s0000{i}.json")) for i in range(3)]
     assert [d["metrics"]["rows"] for d in docs] == [40, 40, 20]
     total = sum(d["metrics"]["mean"] * d["metrics"]["rows"] for d in docs)
     assert abs(total / 100 - sum(values) / 100) < 1e-9
@@ -85,7 +85,7 @@ def test_a_second_tool_by_a_definition_alone(sqlite3, azurite, tmp_path, monkeyp
     prov = docs[0]["provenance"]
     assert prov["definition"]["name"] == "sqlite-column-stats" and prov["definition"]["version"] == "0.1.0"
     assert prov["image_digest"] == DIGEST and prov["definition"]["builtin"] is False
-    html = store.read(f"reports/{job['job_id']}/index.html").decode()
+    html = store.read(f"reports/{job.job_id}/index.html").decode()
     assert "sqlite-column-stats" in html and "Per-shard metrics (rows, mean, lo, hi)" in html
 
 

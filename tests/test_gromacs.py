@@ -139,7 +139,7 @@ def test_sigterm_checkpoints_and_the_next_attempt_continues(gmx, azurite, tmp_pa
                      f"payload: gromacs-md\nparams: {{nsteps: {nsteps}}}\ngrid: {{temperature: [300]}}\n".encode())
     ledger = Ledger(store)
     first = _agent(azurite.connection_string, "cpu", tmp_path)
-    _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "running", 60, "the shard to start")
+    _wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "running", 60, "the shard to start")
     log = lambda: "".join(p.read_text(errors="replace") for p in tmp_path.glob("upwell-*/work/payload.log"))  # noqa: E731
     _wait(lambda: "starting mdrun" in log(), 120, "mdrun to start")
     _wait(lambda: any(p.stat().st_size > 2000 for p in tmp_path.glob("upwell-*/work/md.edr")), 120, "energy frames")
@@ -148,7 +148,7 @@ def test_sigterm_checkpoints_and_the_next_attempt_continues(gmx, azurite, tmp_pa
     out = first.communicate(timeout=120)[0].decode()
     assert first.returncode == 0 and "agent.preempted" in out, out[-3000:]
     shard = ledger.shard(job_id, "s00000")
-    assert shard["status"] == "preempted" and int(shard["preemptions"]) == 1 and not shard.get("failures")
+    assert shard.status == "preempted" and shard.preemptions == 1 and not shard.failures
     kept = {b.name.rsplit("/", 1)[1] for b in store.list(names.CHECKPOINTS, f"{job_id}/s00000/")}
     assert {"state.cpt", "md.log", "md.edr"} <= kept
 
@@ -163,4 +163,4 @@ def test_sigterm_checkpoints_and_the_next_attempt_continues(gmx, azurite, tmp_pa
     assert doc["timings"]["preemptions"] == 1 and doc["timings"]["resumed_from"] == "checkpoint"
     assert abs(m["temperature_mean"] - 300) / 300 < 0.02
     shard = ledger.shard(job_id, "s00000")
-    assert int(shard["preemptions"]) == 1 and not shard.get("failures")
+    assert shard.preemptions == 1 and not shard.failures
