@@ -89,7 +89,7 @@ def test_a_second_tool_by_a_definition_alone(sqlite3, azurite, tmp_path, monkeyp
     assert "sqlite-column-stats" in html and "Per-shard metrics (rows, mean, lo, hi)" in html
 
 
-def test_push_rules(azurite, tmp_path, monkeypatch):
+def test_push_rules(sqlite3, azurite, tmp_path, monkeypatch):
     monkeypatch.setenv(names.CONNECTION, azurite.connection_string)
     Storage(azurite.connection_string).ensure()
     good = tmp_path / "good.yaml"
@@ -97,6 +97,11 @@ def test_push_rules(azurite, tmp_path, monkeypatch):
     assert _cli("payload", "push", str(good)).exit_code == 0
     again = _cli("payload", "push", str(good))
     assert again.exit_code == 0 and "already registered" in again.output
+    csv = tmp_path / "t.csv"
+    csv.write_text("time,temp\n0,1.5\n1,2.5\n2,5.0\n")
+    ran = _cli("payload", "run", "sqlite-column-stats@0.2.0", "--input", str(csv), "--param", "column=temp")
+    doc = json.loads(ran.output)
+    assert ran.exit_code == 0 and doc["metrics"] == {"rows": 3, "mean": 3.0, "lo": 1.5, "hi": 5.0}, ran.output
     changed = tmp_path / "changed.yaml"
     changed.write_text(DEFINITION.replace("0.1.0", "0.2.0").replace("a test lab", "another lab"))
     refused = _cli("payload", "push", str(changed))

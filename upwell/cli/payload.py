@@ -134,7 +134,9 @@ def run(name: str = typer.Argument(..., help="registered payload name"),
     from upwell.payloads import params as payload_params
 
     try:
-        loaded = _registry(local=True).resolve(name)
+        # Built-ins need no storage; a registered definition is read from the payloads container.
+        definitions = _registry(local=name in _registry(local=True).names())
+        loaded = definitions.resolve(name)
         params = parse_params(param)
         payload_params.validate(loaded.definition, params)
         resume_dir = resume_source(resume)
@@ -144,7 +146,7 @@ def run(name: str = typer.Argument(..., help="registered payload name"),
     item = WorkItem(job_id="local", shard_id=f"local-{uuid.uuid4().hex[:8]}", payload=loaded.definition.name,
                     pool=loaded.definition.pool, params=params, attempt=attempt, ranks=ranks, gpus=gpus,
                     payload_version=loaded.definition.version, payload_sha256=loaded.sha256)
-    result = _run_with_signals(item, workdir, input_path, resume_dir, timeout)
+    result = _run_with_signals(item, workdir, input_path, resume_dir, timeout, definitions)
     doc = result.to_dict()
     if out is not None:
         doc = _copy_out(Path(doc["checkpoint_dir"]).parent, out, doc, keep=workdir is not None)
@@ -153,14 +155,15 @@ def run(name: str = typer.Argument(..., help="registered payload name"),
 
 
 def _run_with_signals(item: WorkItem, workdir: Path | None, input_path: Path | None, resume_dir: Path | None,
-                      timeout: float | None):
+                      timeout: float | None, definitions=None):
     from workers.launch import run_payload
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         where = workdir or Path(tempfile.mkdtemp(prefix="upwell-payload-"))
-        return run_payload(item, where, input_path=input_path, resume_dir=resume_dir, stop=stop, timeout_s=timeout)
+        return run_payload(item, where, input_path=input_path, resume_dir=resume_dir, stop=stop, timeout_s=timeout,
+                           definitions=definitions)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
