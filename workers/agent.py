@@ -35,6 +35,7 @@ from upwell.errors import DecodeError, UpwellError
 from upwell.lease import Lease
 from upwell.ledger import JobRow, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
+from upwell.payloads.registry import Registry
 from upwell.settings import Settings, env_bool, env_float, env_int
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
@@ -95,6 +96,7 @@ class Agent:
         self.config = config
         self.settings = settings or Settings.from_env()
         self.ledger = Ledger(storage)
+        self.definitions = Registry(storage, self.settings.registry_allowlist)
         self.queue_name = names.work_queue(config.pool)
         self.poison_name = names.poison_queue(self.queue_name)
         self.queue = storage.queue(self.queue_name)
@@ -213,7 +215,8 @@ class Agent:
             resume = self._stage_checkpoint(item, root)
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None)
+                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None,
+                                 definitions=self.definitions)
             return self._settle(hand, result, input_path)
         except UpwellError as exc:  # staging, the launcher refusing the parameters, storage
             verdict = decide_attempt(AttemptResult(error=exc), hand.shard, item.attempt, self.attempts)
