@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 import tempfile
 import time
@@ -89,6 +90,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--items", type=int, default=60)
     p.add_argument("--mb", type=int, default=16)
+    p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
     with azurite.start_on_free_ports(Path(tempfile.mkdtemp()), in_memory=True) as az:
         store = Storage(az.connection_string)
@@ -99,6 +101,11 @@ def main() -> None:
     print(f"pipeline  {pipe:8.2f} items/s  vs bare Azurite send+receive+delete {base:8.2f} msg/s  "
           f"ratio {pipe / base:.3f}")
     print(f"ingest    {ing:8.2f} MB/s     vs plain blob read {plain:8.2f} MB/s  ratio {ing / plain:.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "pipeline": {"items": args.items, "items_per_s": pipe, "bare_msg_per_s": base, "ratio": pipe / base},
+            "ingest": {"mb": args.mb, "mb_per_s": ing, "plain_mb_per_s": plain, "ratio": ing / plain}}, indent=1))
 
 
 if __name__ == "__main__":
