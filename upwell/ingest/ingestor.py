@@ -23,7 +23,8 @@ from azure.storage.queue import QueueClient
 from upwell import logs, names, registry
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import shard_csv, shard_parquet
+from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
+from upwell.ingest.uploads import ShardUploads
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, encode
 from upwell.settings import Settings
@@ -169,13 +170,15 @@ class Ingestor:
                 raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
             local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
             path = ref if ref.startswith(f"{names.INCOMING}/") else local
-            for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
-                params = dict(m.params)
-                spec.params.model_validate(params)
-                blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                self.storage.write(blob_path, shard.data)
-                yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
-                index += 1
+            with ShardUploads(self.storage) as uploads:
+                for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+                    params = dict(m.params)
+                    spec.params.model_validate(params)
+                    blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
+                    uploads.put(blob_path, shard.data)
+                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    index += 1
+            yield from uploads.shards
 
     # -- instrument drops ----------------------------------------------------------
     def _instrument(self, job_id: str, name: str, props, bound) -> Outcome:
@@ -188,12 +191,31 @@ class Ingestor:
                                params=rule.params, shard=rule.shard, estimate=rule.estimate,
                                budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
         job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()))
-        shards = []
-        for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
-            blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-            self.storage.write(blob_path, shard.data)
-            shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path, hashlib.sha256(shard.data).hexdigest()))
-        return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        source = f"{names.INCOMING}/{name}"
+        if rule.format == "binary":
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
+            return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
+        with ShardUploads(self.storage) as uploads:
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+                blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
+                uploads.put(blob_path, shard.data)
+                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
+                                       hashlib.sha256(shard.data).hexdigest()))
+        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound)
+
+    def _binary_sha256(self, name: str) -> str:
+        """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
+        head, digest = b"", hashlib.sha256()
+        for chunk in self.incoming(name).download_blob().chunks():
+            if len(head) < 512:
+                head += chunk[:512]
+            digest.update(chunk)
+        kind = archive_kind(head)
+        if kind:
+            raise InputRejected(f"incoming/{name[:200]} is a {kind} archive; archives are not accepted: upload the "
+                                "files themselves", field="document")
+        return digest.hexdigest()
 
     def match_rule(self, name: str) -> manifests.PipelineRule:
         rules = []
@@ -213,7 +235,8 @@ class Ingestor:
         raise InputRejected(f"no pipeline rule matches incoming/{name} (rules: {known}), and it is not a job "
                             f"manifest (job.yaml / job.json)", field="name")
 
-    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = ""):
+    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
+                      options: CsvOptions | None = None):
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         container, blob_name = path.split("/", 1)
@@ -230,7 +253,7 @@ class Ingestor:
                                          columns=columns, max_shards=limit)
             return
         yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit)
+                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
     def _check_pool(self, pool: str, field: str) -> None:
