@@ -62,8 +62,9 @@ def _scaling(f: dict) -> list[dict]:
 
 def _latency(f: dict) -> list[dict]:
     s = f["upload_to_start_s"]
-    return [_row(f"upload → first payload started, median of {len(s)} (s)", f"{statistics.median(s):.2f} s",
-                 f"p90 {sorted(s)[int(0.9 * (len(s) - 1))]:.2f} s", statistics.median(s), ("<=", 2.0))]
+    return [_row(f"upload → shard started, warm pool, median of {len(s)} (s)", f"{statistics.median(s):.2f} s",
+                 f"p90 {sorted(s)[int(0.9 * (len(s) - 1))]:.2f} s", statistics.median(s), ("<=", 2.0)),
+            _row("upload → shard started, cold pool (s)", f"{f['cold_s']:.2f} s", "", f["cold_s"], None)]
 
 
 ROWS: dict[str, Callable[[dict], list[dict]]] = {"pipeline": _pipeline, "heat": _heat, "train": _train,

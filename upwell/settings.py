@@ -88,6 +88,9 @@ class Settings:
     image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    # UPWELL_SCALE_ON_INGEST: ingest runs a scale pass once it enqueued work, so dispatch does not wait for
+    # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
+    scale_on_ingest: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -119,4 +122,6 @@ class Settings:
             kw["code_version"] = env["UPWELL_CODE_VERSION"]
         if env.get("UPWELL_IMAGE_DIGEST"):
             kw["image_digest"] = env["UPWELL_IMAGE_DIGEST"]
+        if env.get("UPWELL_SCALE_ON_INGEST"):
+            kw["scale_on_ingest"] = env["UPWELL_SCALE_ON_INGEST"].strip().lower() in ("1", "true", "yes", "on")
         return cls(**kw)

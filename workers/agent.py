@@ -66,7 +66,8 @@ class AgentConfig:
                   scratch=env.get("UPWELL_SCRATCH", ""),
                   max_dequeue_count=int(env.get("UPWELL_MAX_DEQUEUE_COUNT", "5")),
                   lease_s=int(env.get("UPWELL_LEASE_S", "60")),
-                  retry_backoff_s=float(env.get("UPWELL_RETRY_BACKOFF_S", "2")))
+                  retry_backoff_s=float(env.get("UPWELL_RETRY_BACKOFF_S", "2")),
+                  poll_s=float(env.get("UPWELL_POLL_S", "1")))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
