@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 import tempfile
 import time
@@ -124,7 +125,10 @@ def main() -> None:
     p.add_argument("--items", type=int, default=60)
     p.add_argument("--mb", type=int, default=16)
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--cold", action="store_true", help="start each payload as a fresh interpreter (no warm runner)")
     args = p.parse_args()
+    # As upwell up runs the local pool: Python payloads forked from the warm runner (workers/forkserver.py).
+    os.environ["UPWELL_WARM_RUNNER"] = "0" if args.cold else "1"
     with azurite.start_on_free_ports(Path(tempfile.mkdtemp()), in_memory=True) as az:
         store = Storage(az.connection_string)
         store.ensure()
@@ -140,7 +144,8 @@ def main() -> None:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "pipeline": {"items": args.items, "items_per_s": pipe, "bare_msg_per_s": base, "ratio": pipe / base,
+            "pipeline": {"items": args.items, "warm_runner": not args.cold, "items_per_s": pipe,
+                         "bare_msg_per_s": base, "ratio": pipe / base,
                          "storage_calls_per_item": counter.total / args.items,
                          "storage_calls": counter.calls},
             "ingest": {"mb": args.mb, "mb_per_s": ing, "plain_mb_per_s": plain, "ratio": ing / plain}}, indent=1))
