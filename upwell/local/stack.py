@@ -42,6 +42,7 @@ class LocalStack:
         # Upload to running: an idle local worker asks its queue every 0.25 s, the devhost scans blobs every 0.3 s
         # (Azurite answers locally; on Azure the agent's default stays 1 s and blob events are pushed).
         self.env.setdefault("UPWELL_POLL_S", "0.25")
+        self.env.setdefault("UPWELL_WARM_RUNNER", "1")  # Python payloads forked from a pre-imported parent
         self.blob_poll_s = self.env.get("UPWELL_BLOB_POLL_S", "0.3")
         if not quiet and sys.stderr.isatty():
             self.env.setdefault("UPWELL_LOG_FORMAT", "console")
