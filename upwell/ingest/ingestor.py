@@ -13,6 +13,7 @@ import json
 import re
 import tempfile
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from upwell import logs, names, registry
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
-from upwell.ingest.uploads import ShardUploads
+from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, encode
 from upwell.settings import Settings
@@ -252,7 +253,7 @@ class Ingestor:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
+        yield from shard_csv(prefetch(downloader.chunks()), source=path, rows_per_shard=rule.rows,
                              bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
@@ -298,8 +299,13 @@ class Ingestor:
              "input_sha256": digest, "result_blob": f"{names.RESULTS}/{job_id}/{sid}.json"}
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
-        for text in texts:
-            queue.send_message(text)
+        if len(texts) < 4:
+            for text in texts:
+                queue.send_message(text)
+        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+                for _ in pool.map(queue.send_message, texts):
+                    pass
         self.ledger.update_job(job_id, status="accepted", accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.name,
                    estimate_usd=round(est_usd, 4))

@@ -7,6 +7,9 @@ failure (a transient storage error, so that the host redelivers the upload)."""
 
 from __future__ import annotations
 
+import queue
+import threading
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from upwell.storage import Storage
@@ -41,3 +44,37 @@ class ShardUploads:
             for f in self.pending:
                 f.cancel()
             self.pool.shutdown(wait=True)
+
+
+_END = object()
+
+
+def prefetch(chunks: Iterable[bytes], depth: int = 4) -> Iterator[bytes]:
+    """Iterate ``chunks`` in a thread, up to ``depth`` ahead, so the download of the next chunk overlaps
+    the parsing of this one. An error in the download is raised here, in the reader's thread."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def pump() -> None:
+        try:
+            for chunk in chunks:
+                if stop.is_set():
+                    return
+                q.put(chunk)
+            q.put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader
+            q.put(exc)
+
+    threading.Thread(target=pump, daemon=True, name="ingest-prefetch").start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while not q.empty():  # let a blocked pump see the stop
+            q.get_nowait()
