@@ -56,6 +56,7 @@ class AgentConfig:
     state_file: str = ""  # where the local pool reads this worker's state
     scratch: str = ""
     max_items: int = 0  # 0: unlimited
+    ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
@@ -67,7 +68,8 @@ class AgentConfig:
                   max_dequeue_count=int(env.get("UPWELL_MAX_DEQUEUE_COUNT", "5")),
                   lease_s=int(env.get("UPWELL_LEASE_S", "60")),
                   retry_backoff_s=float(env.get("UPWELL_RETRY_BACKOFF_S", "2")),
-                  poll_s=float(env.get("UPWELL_POLL_S", "1")))
+                  poll_s=float(env.get("UPWELL_POLL_S", "1")),
+                  ranks=int(env.get("UPWELL_RANKS") or 0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
@@ -221,7 +223,7 @@ class Agent:
             log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             try:
                 result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                     stop=self.stop, on_tick=lease.extend)
+                                     stop=self.stop, on_tick=lease.extend, ranks=self.config.ranks or None)
             except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
                 return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
                                     started=started)

@@ -73,13 +73,18 @@ class LaunchResult:
 def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                 resume_dir: Path | None = None, stop: threading.Event | None = None,
                 on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                tick_s: float = TICK_S, grace_s: float = GRACE_S) -> LaunchResult:
+                tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None) -> LaunchResult:
     """Run ``item``'s payload to an end in ``workdir`` and report how it ended.
+
+    ``ranks``: what the node's allocation gives (a Slurm job's CPUs); an MPI payload
+    runs with that many ranks instead of the item's.
 
     Raises InputRejected (permanent) when the payload is not registered, its
     parameters do not validate, or it needs an input and none was given.
     """
     spec = registry.get(item.payload)
+    if ranks and spec.launcher == "mpi":
+        item = dataclasses.replace(item, ranks=int(ranks))
     workdir = Path(workdir).resolve()
     params = validate_params(spec, item.params)
     if spec.needs_input and input_path is None:
@@ -92,7 +97,8 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
     command = build_command(spec, item, workdir)
     started = time.monotonic()
     forkable = spec.launcher == "python" or (spec.launcher == "torchrun" and max(1, int(item.ranks)) == 1)
-    proc, streams = _start(command, workdir, child_env(spec, item), warm_ok=forkable)
+    proc, streams = _start(command, workdir, child_env(spec, item), warm_ok=forkable,
+                           shield_mpiexec=_shield_mpiexec(spec))
     outcome = _supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                          grace_s=grace_s, stop_signal=stop_signal_for(spec, item))
     streams.join()
@@ -223,15 +229,34 @@ def _die_with_parent() -> None:
         pass
 
 
-def _start(command: list[str], workdir: Path, env: dict[str, str], *,
-           warm_ok: bool = False) -> tuple[subprocess.Popen, _Streams]:
+def _shield_mpiexec(spec: registry.PayloadSpec) -> bool:
+    """Inside a Slurm job, Slurm signals every process of the step (scancel, preemption, a node taken
+    away), mpiexec included, and mpiexec kills its ranks within a second of SIGTERM: before they can
+    checkpoint. So there mpiexec starts with SIGTERM blocked; the ranks (Open MPI unblocks signals in
+    them) still get Slurm's SIGTERM, checkpoint and exit 75; SIGKILL after KillWait still ends all."""
+    return spec.launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def _shielded_child() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # SIGTERM is blocked here
+    except (OSError, AttributeError):
+        pass
+
+
+def _start(command: list[str], workdir: Path, env: dict[str, str], *, warm_ok: bool = False,
+           shield_mpiexec: bool = False) -> tuple[subprocess.Popen, _Streams]:
     log_path = workdir / "payload.log"
     with open(log_path, "ab") as handle:
         handle.write(f"$ {' '.join(command)}\n".encode())
     if warm_ok and command[:2] == [sys.executable, "-m"] and warm.enabled():  # fork a Python payload warm
         return warm.runner().start_payload(command[2], command[3:], workdir, env, log_path)
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_shielded_child if shield_mpiexec else _die_with_parent)
     return proc, _Streams(proc, log_path)
 
 

@@ -27,6 +27,9 @@ from upwell.timeutil import now_iso
 
 log = logs.get("upwell.scale.autoscaler")
 ACTIVE = ("accepted", "running")
+# Seconds from asking for a node to an agent taking work, unless options.boot_s says otherwise. A Slurm
+# cluster's nodes are already up (a CycleCloud nodearray that powers nodes up: set boot_s).
+BOOT_S = {"local": 2.0, "slurm": 0.0}
 
 
 def _prices(spec: PoolSpec) -> tuple[float, float | None, int, str]:
@@ -118,7 +121,7 @@ class Autoscaler:
             spot_price_per_node_hour=spot_price, cores_per_node=cores, quota_family=quota.get("family") or family,
             quota_cores=quota.get("cores"),
             spot_quota_nodes=(quota["spot_cores"] // cores) if quota.get("spot_cores") is not None and cores else None,
-            task_s=_task_s(jobs), boot_s=float(spec.options.get("boot_s", 2.0 if spec.backend == "local" else 360.0)),
+            task_s=_task_s(jobs), boot_s=float(spec.options.get("boot_s", BOOT_S.get(spec.backend, 360.0))),
             interval_s=_interval_s(self.settings.scale_schedule), now=time.time())
 
     @staticmethod

@@ -12,7 +12,10 @@ ignores the rest:
   DefaultAzureCredential, or ManagedIdentityCredential when
   ``spec.options["identity_client_id"]``/AZURE_CLIENT_ID names one), ``client``
   (a ready SDK client, e.g. for tests) and ``client_kwargs`` (passed to the SDK
-  client: base_url, retry and polling settings, extra policies).
+  client: base_url, retry and polling settings, extra policies);
+- slurm: ``state_dir``, ``idle_exit_s``, ``env`` (the Slurm commands' environment,
+  e.g. SLURM_CONF), ``busy_nodes`` and ``client`` (a callable that runs a Slurm
+  command; see upwell.scale.pools.slurm).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ POOLS: dict[str, str] = {
     "batch": "upwell.scale.pools.batch:BatchPool",
     "vmss": "upwell.scale.pools.vmss:VmssPool",
     "aci": "upwell.scale.pools.aci:AciPool",
+    "slurm": "upwell.scale.pools.slurm:SlurmPool",
 }
 
 __all__ = ["POOLS", "NodeState", "PoolSpec", "PoolStatus", "WorkerPool", "backend_class", "make_pool"]
