@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from upwell import names  # noqa: E402
-from upwell.ingest.ingestor import job_id_for  # noqa: E402
-from upwell.ledger import Ledger  # noqa: E402
-from upwell.local import azurite  # noqa: E402
-from upwell.local.stack import LocalStack  # noqa: E402
+from upwell import names
+from upwell.ingest.ingestor import job_id_for
+from upwell.ledger import Ledger
+from upwell.local import azurite
+from upwell.local.stack import LocalStack
 
 
 def _ts(text: str) -> float:
@@ -44,11 +44,10 @@ def one(stack: LocalStack, ledger: Ledger, k: int, timeout: float = 60.0) -> dic
     job = job_id_for(name, etag)
     while time.time() - t0 < timeout:
         for row in ledger.shards(job):
-            started = row.get("first_started_at")
-            if started:
-                j = ledger.job(job) or {}
-                return {"ingest_started": _ts(j["created_at"]) - t0, "enqueued": _ts(j["accepted_at"]) - t0,
-                        "started": _ts(started) - t0}
+            if row.first_started_at:
+                j = ledger.job(job)
+                return {"ingest_started": _ts(j.created_at) - t0, "enqueued": _ts(j.accepted_at) - t0,
+                        "started": _ts(row.first_started_at) - t0}
         time.sleep(0.02)
     raise SystemExit(f"upload {k}: no shard started within {timeout} s (see the devhost log)")
 

@@ -17,7 +17,7 @@ bp = func.Blueprint()
                  source=func.BlobSource.EVENT_GRID)
 def ingest(blob: func.InputStream) -> None:
     name = context.blob_name(blob.name, names.INCOMING)
-    # Transient storage errors raise, so the host retries; bad input is quarantined inside.
-    out = Ingestor(context.storage(), context.settings()).ingest(name)
-    if out.status == "accepted" and context.settings().scale_on_ingest:
+    # Bad input is quarantined inside; transient storage errors raise, so the host retries.
+    out = context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))
+    if out is not None and out.status == "accepted" and context.settings().scale_on_ingest:
         nudge()  # dispatch need not wait for the scale timer's next tick

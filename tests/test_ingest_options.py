@@ -73,7 +73,7 @@ def test_without_missing_values_an_empty_cell_is_quarantined_naming_row_and_fiel
     out = Ingestor(store, Settings()).ingest("opts/strict/day1.csv")
     assert out.status == "rejected"
     job = Ledger(store).job(out.job_id)
-    assert job["error_field"] == "heave" and job["error_row"] == 5  # two comment lines, the header, then rows
+    assert job.error_field == "heave" and job.error_row == 5  # two comment lines, the header, then rows
     assert store.exists(f"{names.QUARANTINE}/opts/strict/day1.csv")
 
 
@@ -87,7 +87,7 @@ def test_binary_files_pass_through_whole_as_one_shard(store):
     assert item.input_blob == f"{names.INCOMING}/opts/h5/scan-001.h5"  # no copy: the upload itself
     assert store.read(item.input_blob) == data
     [shard] = Ledger(store).shards(out.job_id)
-    assert shard["input_sha256"] == hashlib.sha256(data).hexdigest()
+    assert shard.input_sha256 == hashlib.sha256(data).hexdigest()
     assert not list(store.list(names.SHARDS, f"{out.job_id}/"))
 
 

@@ -60,7 +60,7 @@ class CsvOptions:
 BLOCK_BYTES = 4 << 20  # the columnar reader checks this much text at a time
 
 
-def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int, *, first_line: int = 0,
+def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int, *, first_line: int = 0,  # noqa: C901 - one pass over the bytes
                    check_head: bool = True, offset: int = 0) -> Iterator[str]:
     """Decode UTF-8 (with or without BOM) or UTF-16 (BOM) incrementally into lines."""
     it = iter(chunks)
