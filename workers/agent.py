@@ -71,6 +71,7 @@ class AgentConfig:
                   max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
                   lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
                   retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
+                  poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)

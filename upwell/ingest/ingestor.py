@@ -13,6 +13,7 @@ import json
 import re
 import tempfile
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -24,7 +25,8 @@ from azure.storage.queue import QueueClient
 from upwell import logs, names
 from upwell.errors import ConfigError, InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import archive_kind, shard_csv, shard_parquet
+from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
+from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.payloads import params as payload_params
@@ -188,13 +190,15 @@ class Ingestor:
                 yield (f"s{index:05d}", params, blob_path, digest)
                 index += 1
                 continue
-            for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
-                params = dict(m.params)
-                payload_params.validate(spec.definition, params)
-                blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                self.storage.write(blob_path, shard.data)
-                yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
-                index += 1
+            with ShardUploads(self.storage) as uploads:
+                for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+                    params = dict(m.params)
+                    payload_params.validate(spec.definition, params)
+                    blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
+                    uploads.put(blob_path, shard.data)
+                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    index += 1
+            yield from uploads.shards
 
     def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
         """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
@@ -228,12 +232,31 @@ class Ingestor:
                                budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
         job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
                             spec)
-        shards = []
-        for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
-            blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-            self.storage.write(blob_path, shard.data)
-            shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path, hashlib.sha256(shard.data).hexdigest()))
-        return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        source = f"{names.INCOMING}/{name}"
+        if rule.format == "binary":
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
+            return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
+        with ShardUploads(self.storage) as uploads:
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+                blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
+                uploads.put(blob_path, shard.data)
+                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
+                                       hashlib.sha256(shard.data).hexdigest()))
+        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound)
+
+    def _binary_sha256(self, name: str) -> str:
+        """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
+        head, digest = b"", hashlib.sha256()
+        for chunk in self.incoming(name).download_blob().chunks():
+            if len(head) < 512:
+                head += chunk[:512]
+            digest.update(chunk)
+        kind = archive_kind(head)
+        if kind:
+            raise InputRejected(f"incoming/{name[:200]} is a {kind} archive; archives are not accepted: upload the "
+                                "files themselves", field="document")
+        return digest.hexdigest()
 
     def match_rule(self, name: str) -> manifests.PipelineRule:
         rules, known = [], self.definitions.names()
@@ -253,7 +276,8 @@ class Ingestor:
         raise InputRejected(f"no pipeline rule matches incoming/{name} (rules: {known}), and it is not a job "
                             f"manifest (job.yaml / job.json)", field="name")
 
-    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = ""):
+    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
+                      options: CsvOptions | None = None):
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         container, blob_name = path.split("/", 1)
@@ -269,8 +293,8 @@ class Ingestor:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit)
+        yield from shard_csv(prefetch(downloader.chunks()), source=path, rows_per_shard=rule.rows,
+                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
     def _check_pool(self, pool: str, field: str) -> None:
@@ -318,8 +342,13 @@ class Ingestor:
                      result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
-        for text in texts:
-            queue.send_message(text)
+        if len(texts) < 4:
+            for text in texts:
+                queue.send_message(text)
+        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+                for _ in pool.map(queue.send_message, texts):
+                    pass
         self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
