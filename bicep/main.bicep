@@ -213,6 +213,10 @@ var tags = {
   environment: empty(environmentTag) ? environmentName : environmentTag
   expiry: expiryDate
   'azd-env-name': environmentName
+  // What the janitor reads (upwell/ops/tags.py); the same on what the scaler creates.
+  'upwell-project': project
+  'upwell-owner': owner
+  'upwell-expires': expiryDate
 }
 
 var cpuBackend = enableVmss ? 'vmss' : (enableAci ? 'aci' : 'batch')
@@ -437,6 +441,8 @@ var workerOptions = {
     owner: owner
     environment: tags.environment
     expiry: expiryDate
+    'upwell-project': project
+    'upwell-owner': owner
   }
 }
 var batchOptions = union(workerOptions, {
