@@ -88,6 +88,10 @@ class Settings:
     image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
+    # UPWELL_BUDGETS: {"owner": {"ana@lab.org": 50}, "project": {"ocean": 500}}, USD per window
+    budgets: dict = field(default_factory=dict)
+    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -119,4 +123,27 @@ class Settings:
             kw["code_version"] = env["UPWELL_CODE_VERSION"]
         if env.get("UPWELL_IMAGE_DIGEST"):
             kw["image_digest"] = env["UPWELL_IMAGE_DIGEST"]
+        if env.get("UPWELL_PROJECT"):
+            kw["project"] = env["UPWELL_PROJECT"]
+        if env.get("UPWELL_BUDGETS"):
+            kw["budgets"] = _budgets(env["UPWELL_BUDGETS"])
+        if env.get("UPWELL_BUDGET_WINDOW_DAYS"):
+            try:
+                kw["budget_window_days"] = float(env["UPWELL_BUDGET_WINDOW_DAYS"])
+            except ValueError:
+                raise ConfigError("UPWELL_BUDGET_WINDOW_DAYS must be a number of days") from None
         return cls(**kw)
+
+
+def _budgets(text: str) -> dict[str, dict[str, float]]:
+    """UPWELL_BUDGETS: {"owner": {name: usd}, "project": {name: usd}}."""
+    try:
+        raw = json.loads(text)
+        out = {kind: {str(k): float(v) for k, v in (raw.get(kind) or {}).items()} for kind in ("owner", "project")}
+    except (ValueError, TypeError, AttributeError):
+        raise ConfigError('UPWELL_BUDGETS must be JSON like {"owner": {"ana": 50}, "project": {"ocean": 500}}') \
+            from None
+    unknown = set(raw) - {"owner", "project"}
+    if unknown:
+        raise ConfigError(f"UPWELL_BUDGETS has unknown keys {sorted(unknown)}; known: owner, project")
+    return out

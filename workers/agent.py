@@ -35,6 +35,7 @@ from upwell import logs, names
 from upwell.errors import DecodeError, InputRejected, TransientError
 from upwell.ledger import Ledger
 from upwell.messages import WorkItem, decode
+from upwell.ops import wallclock
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
@@ -171,6 +172,9 @@ class Agent:
         if budget is not None and float(job.get("spent_usd") or 0) >= float(budget):
             return self._poison(item, lease, shard, job, f"budget exceeded: spent ${float(job['spent_usd']):.2f} "
                                 f"of ${float(budget):.2f}; the job is no longer dispatched", log, poison=False)
+        overdue = wallclock.job_overdue(job)  # the job's kill switch (upwell.ops.wallclock)
+        if overdue:
+            return self._poison(item, lease, shard, job, overdue, log, poison=False)
         cap = self._cap(job)
         if cap and self._over_cap(item, cap, started=False):
             return self._defer(item, lease, cap, log, started=False)
@@ -220,10 +224,13 @@ class Agent:
             log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             try:
                 result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                     stop=self.stop, on_tick=lease.extend)
+                                     stop=self.stop, on_tick=lease.extend, timeout_s=wallclock.shard_timeout(job))
             except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
                 return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
                                     started=started)
+            if result.timed_out and result.status == "failed":  # past the shard's max wall-clock: not retried
+                return self._poison(item, lease, shard, job, wallclock.shard_killed(job), log,
+                                    stderr_tail=result.stderr_tail, started=started, launch=result, poison=False)
             return self._settle(item, lease, shard, job, result, started, input_path, log)
         except (TransientError, AzureError) as exc:
             log.warning("agent.transient", error=str(exc).splitlines()[0][:300])

@@ -31,15 +31,17 @@ class Collected:
 
 
 def shard_cost(doc: dict, job: dict) -> float:
-    """node-seconds x price for this shard's attempts (failed and preempted ones too)."""
+    """node-seconds x price x the job's share of a node, for this shard's attempts (failed and preempted too)."""
+    from upwell import cost
+
     t = doc.get("timings") or {}
     node_seconds = float(t.get("node_seconds") or 0) + float(t.get("preempted_node_seconds") or 0) \
         + float(t.get("failed_node_seconds") or 0)
     try:
-        from upwell import cost
-
         spot = bool((doc.get("node") or {}).get("spot"))
-        return float(cost.estimate(node_seconds, job.get("price_key") or "local", spot))
+        usd = cost.shard_usd(node_seconds, job.get("price_key") or "local", spot, cost.to_float(job.get("node_share"))
+                             or 1.0)
+        return float(usd or 0.0)
     except Exception:  # noqa: BLE001 - unknown price key: no cost rather than a lost shard
         return 0.0
 
@@ -72,7 +74,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
         fields["poisoned"] = True
     if (doc.get("node") or {}).get("id"):
         fields["node"] = doc["node"]["id"]
-    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=shard_cost(doc, job))
+    fields["cost_usd"] = shard_cost(doc, job)
+    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=fields["cost_usd"])
     bound = log.bind(job_id=job_id, shard_id=shard_id)
     bound.info("collect.shard", status=status, counted=done.counted, job_done=done.job_done)
     if done.job_done:
