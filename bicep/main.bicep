@@ -172,6 +172,7 @@ var queueNames = [
 var tableNames = [
   'jobs'
   'scaling'
+  'janitor'
 ]
 // Blob-triggered functions (source=EventGrid) and the container each one watches.
 var blobTriggers = [
