@@ -62,7 +62,10 @@ class History:
 
 def learn(ledger: Any, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
     """History of ``payload`` on ``pool`` from the ledger's most recent finished jobs."""
-    jobs = [j for j in ledger.jobs(*FINISHED) if j.get("payload") == payload and j.get("pool") == pool]
+    rows = ledger.table.query_entities(
+        "RowKey eq @job and payload eq @payload and pool eq @pool and ( status eq @a or status eq @b )",
+        parameters={"job": "job", "payload": payload, "pool": pool, "a": FINISHED[0], "b": FINISHED[1]})
+    jobs = [dict(j) for j in rows]
     jobs.sort(key=lambda j: str(j.get("finished_at") or ""), reverse=True)
     hist = History()
     for job in jobs[:max_jobs]:
