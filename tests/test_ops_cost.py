@@ -123,7 +123,7 @@ def test_cost_totals_match_reports_and_estimates_learn(store, azurite, tmp_path,
 
     # The agent stopped the attempt at its wall-clock and did not retry it.
     shard = store.table(names.JOBS_TABLE).get_entity(runaway, "s00000")
-    assert killed["status"] == "failed" and "max wall-clock of 2 s" in shard["error"]
+    assert killed.status == "failed" and "max wall-clock of 2 s" in shard["error"]
     assert int(shard.get("failures") or 0) == 0 and float(shard["node_seconds"]) < 25
 
     usd, summaries = {}, {}

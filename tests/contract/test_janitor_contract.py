@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from upwell import names
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, Ledger
 from upwell.ops import janitor as J
 from upwell.ops import tags as T
 from upwell.storage import Storage
@@ -90,10 +90,10 @@ def _jobs(server, ledger: Ledger, tag: str) -> dict[str, str]:
     """Three upwell jobs: finished (its Batch job still active), running, and running past its wall-clock."""
     done, running, overdue = f"done-{tag}", f"running-{tag}", f"overdue-{tag}"
     two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).isoformat().replace("+00:00", "Z")
-    ledger.create_job({"job_id": done, "status": "succeeded", "created_at": two_hours_ago})
-    ledger.create_job({"job_id": running, "status": "running", "started_at": two_hours_ago})
-    ledger.create_job({"job_id": overdue, "status": "running", "started_at": two_hours_ago, "max_wall_clock_s": 600,
-                       "owner": "ana", "project": "ocean"})
+    ledger.create_job(JobRow.from_entity({"job_id": done, "status": "succeeded", "created_at": two_hours_ago}))
+    ledger.create_job(JobRow.from_entity({"job_id": running, "status": "running", "started_at": two_hours_ago}))
+    ledger.create_job(JobRow.from_entity({"job_id": overdue, "status": "running", "started_at": two_hours_ago,
+                                          "max_wall_clock_s": 600, "owner": "ana", "project": "ocean"}))
     batch_jobs = [{"id": f"upwell-{j}", "state": "active", "metadata": meta({**TAGS, T.JOB: j})}
                   for j in (done, running, overdue)] + [{"id": "their-job", "state": "active", "metadata": []}]
     server.route("GET", r"/jobs", (200, {"value": batch_jobs}))
@@ -130,7 +130,7 @@ def test_contract_janitor_dry_run_finds_each_leak_and_changes_nothing(cloud, cre
     assert changes(cloud) == []  # a dry run only reads
     arm_calls = [r for r in cloud.requests if "/subscriptions/" in r.path]
     assert arm_calls and all(r.headers.get("Authorization") == "Bearer fake-token" for r in arm_calls)
-    assert not ledger[0].job(jobs["overdue"]).get("killed_at")
+    assert not ledger[0].job(jobs["overdue"]).extra.get("killed_at")
 
 
 def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, credential, client_kwargs, ledger):
@@ -158,9 +158,9 @@ def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, 
     assert not [c for c in done if any(u in c[1] for u in untouched)]
     assert by_name["their-disk"].result == "skipped: not tagged by upwell"
     assert by_name["leak-disk"].result == "deleted" and by_name["upwell-cpu"].result == "scaled to 0"
-    killed = ledger[0].job(jobs["overdue"])
+    killed = ledger[0].job(jobs["overdue"]).extra
     assert killed["killed_at"] and "max wall-clock of 600 s" in killed["killed_reason"]
-    assert not ledger[0].job(jobs["running"]).get("killed_at")
+    assert not ledger[0].job(jobs["running"]).extra.get("killed_at")
 
     # Every finding and what became of it is recorded.
     store = ledger[1]
@@ -193,9 +193,10 @@ def test_contract_janitor_policy_file(cloud, credential, client_kwargs, ledger, 
 def test_janitor_without_azure_settings_checks_the_ledger_only(ledger):
     led, store = ledger
     stale = (datetime.now(UTC) - timedelta(hours=3)).isoformat().replace("+00:00", "Z")
-    led.create_job({"job_id": "local-overdue", "status": "accepted", "accepted_at": stale, "max_wall_clock_s": 60})
+    led.create_job(JobRow.from_entity({"job_id": "local-overdue", "status": "accepted", "accepted_at": stale,
+                                       "max_wall_clock_s": 60}))
     findings = J.run(store, apply=True, env={})
     mine = [f for f in findings if f.resource == "local-overdue"]
     assert [(f.kind, f.result) for f in mine] == [("overdue_job", "killed")]
-    assert led.job("local-overdue")["killed_at"]
+    assert led.job("local-overdue").extra["killed_at"]
     assert names.JANITOR_TABLE in names.TABLES

@@ -34,6 +34,14 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def as_dict(row: Any) -> dict:
+    """A ledger row (JobRow, ShardRow, or an entity) as the plain dict it is stored as: the typed
+    fields and the ones the row type does not know (owner, project, node_share, cost_usd ...)."""
+    if row is None:
+        return {}
+    return row.to_entity() if hasattr(row, "to_entity") else dict(row)
+
+
 def _iso(when: datetime) -> str:
     """As the ledger writes times (upwell.timeutil.now_iso), so strings compare in time order."""
     return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -84,14 +92,14 @@ def rollup(ledger: Ledger, by: str = "job", since: datetime | None = None, *, bu
     table = prices or cost.load()
     floor = _iso(since) if since else ""
     groups: dict[str, Group] = {}
-    for job in ledger.jobs():
+    for job in map(as_dict, ledger.jobs()):
         if job.get("status") == "rejected" or str(job.get("created_at") or "") < floor:
             continue
         key = job_key(job, by)
         g = groups.setdefault(key, Group(key, budget_usd=(budgets or {}).get(by, {}).get(key)))
         g.jobs += 1
         g.job_ids.append(job["PartitionKey"])
-        for row in ledger.shards(job["PartitionKey"]):
+        for row in map(as_dict, ledger.shards(job["PartitionKey"])):
             seconds = cost.paid_seconds(row)
             if seconds <= 0:
                 continue

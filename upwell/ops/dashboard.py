@@ -11,7 +11,8 @@ from importlib import resources
 from typing import Any
 
 from upwell import cost, names
-from upwell.ledger import TERMINAL_JOB, Ledger
+from upwell.ledger import Ledger
+from upwell.ops.costs import as_dict
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
@@ -20,6 +21,7 @@ ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "te
 JOB_LIMIT = 40  # jobs listed
 DETAIL_LIMIT = 12  # most recent jobs whose shards are read for recoveries
 SERIES_MINUTES = 30  # pool history shown
+TERMINAL = ("succeeded", "partially_failed", "failed", "rejected")
 STATE_LABEL = {"accepted": "queued", "ingesting": "queued"}
 REPORT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png",
                 ".svg": "image/svg+xml", ".csv": "text/csv"}
@@ -60,7 +62,7 @@ def job_line(job: dict, shards: list[dict] | None, now: datetime) -> dict[str, A
             "pool": job.get("pool") or "",
             "owner": job.get("owner") or "", "project": job.get("project") or "",
             "shards_total": total, "shards_finished": done, "shards_failed": int(job.get("shards_failed") or 0),
-            "progress": (done / total) if total else (1.0 if status in TERMINAL_JOB and status != "rejected" else 0.0),
+            "progress": (done / total) if total else (1.0 if status in TERMINAL and status != "rejected" else 0.0),
             "spent_usd": _f(job.get("spent_usd")), "estimate_usd": cost.to_float(job.get("estimate_usd")),
             "budget_usd": cost.to_float(job.get("budget_usd")), "eta_s": eta,
             "created_at": job.get("created_at") or "", "finished_at": job.get("finished_at") or "",
@@ -74,11 +76,11 @@ def job_line(job: dict, shards: list[dict] | None, now: datetime) -> dict[str, A
 
 
 def jobs(ledger: Ledger, now: datetime) -> list[dict]:
-    rows = sorted(ledger.jobs(), key=lambda j: str(j.get("created_at") or ""), reverse=True)[:JOB_LIMIT]
+    rows = sorted(map(as_dict, ledger.jobs()), key=lambda j: str(j.get("created_at") or ""), reverse=True)[:JOB_LIMIT]
     out = []
     for i, job in enumerate(rows):
-        active = job.get("status") not in TERMINAL_JOB
-        shards = ledger.shards(job["PartitionKey"]) if (active or i < DETAIL_LIMIT) and job.get(
+        active = job.get("status") not in TERMINAL
+        shards = [as_dict(r) for r in ledger.shards(job["PartitionKey"])] if (active or i < DETAIL_LIMIT) and job.get(
             "status") != "rejected" else None
         out.append(job_line(job, shards, now))
     return out
@@ -139,7 +141,8 @@ def job_detail(storage: Storage, job_id: str) -> dict[str, Any] | None:
     job = ledger.job(job_id)
     if job is None:
         return None
-    shards = sorted(ledger.shards(job_id), key=lambda r: r["RowKey"])
+    job = as_dict(job)
+    shards = sorted(map(as_dict, ledger.shards(job_id)), key=lambda r: r["RowKey"])
     line = job_line(job, shards, datetime.now(UTC))
     line["estimate_basis"] = job.get("estimate_basis") or ""
     line["shards"] = [{"shard_id": s["RowKey"], "status": s.get("status") or "", "node": s.get("node") or "",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from upwell import cost
+from upwell.ops.costs import as_dict
 
 MAX_JOBS = 10
 FINISHED = ("succeeded", "partially_failed")
@@ -70,7 +71,7 @@ def learn(ledger: Any, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> 
     hist = History()
     for job in jobs[:max_jobs]:
         hist.jobs += 1
-        for row in ledger.shards(job["PartitionKey"]):
+        for row in map(as_dict, ledger.shards(job["PartitionKey"])):
             if row.get("status") != "succeeded":
                 continue
             seconds = cost.paid_seconds(row)

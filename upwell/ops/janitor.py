@@ -33,6 +33,7 @@ from upwell import logs, names
 from upwell.errors import ConfigError
 from upwell.ops import tags as T
 from upwell.ops import wallclock
+from upwell.ops.costs import as_dict
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.ops.janitor")
@@ -230,7 +231,7 @@ class Janitor:
             upwell_job = tags.get(T.JOB)
             if not upwell_job or self.ledger is None:
                 continue
-            row = self.ledger.job(upwell_job) or {}
+            row = as_dict(self.ledger.job(upwell_job))
             if row.get("status") in TERMINAL or not row:
                 yield Finding("orphan_batch_job", job.id, job.id, f"Batch job active, but upwell job {upwell_job} is "
                               f"{row.get('status') or 'gone'}", True, tags=tags)
@@ -238,7 +239,7 @@ class Janitor:
     def _overdue(self, _found):
         if self.ledger is None:
             return
-        for job in self.ledger.jobs("accepted", "running"):
+        for job in map(as_dict, self.ledger.jobs("accepted", "running")):
             if job.get("killed_at"):
                 continue
             why = wallclock.job_overdue(job, self.now)
@@ -258,7 +259,7 @@ class Janitor:
             else:
                 try:
                     f.result = self._act(f)
-                except Exception as exc:  # noqa: BLE001 - one failure never stops the rest
+                except Exception as exc:
                     log.debug("janitor.action_failed", exc_info=True)
                     f.result = f"failed: {str(exc).splitlines()[0][:300]}"
             log.info("janitor.action", kind=f.kind, resource=f.resource, action=f.action, result=f.result)
@@ -336,7 +337,7 @@ class Janitor:
 
             try:
                 self._terminate(batch_job_id(f.resource), "past its max wall-clock").result()
-            except Exception as exc:  # noqa: BLE001 - most upwell jobs have no Batch job
+            except Exception as exc:
                 if "JobNotFound" not in str(exc) and "404" not in str(exc):
                     raise
         return "killed"
