@@ -64,6 +64,10 @@ class Manifest(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
     max_concurrency: int = Field(0, ge=0, le=100_000)  # running shards at once; 0: no cap of its own
+    owner: str = Field("", max_length=200)  # who pays: else the uploader's identity, else "unknown"
+    project: str = Field("", max_length=200)  # else UPWELL_PROJECT
+    max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)  # the job's kill switch
+    max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)  # one attempt's
 
     @field_validator("payload")
     @classmethod
@@ -106,6 +110,10 @@ class PipelineRule(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
     max_concurrency: int = Field(0, ge=0, le=100_000)
+    owner: str = Field("", max_length=200)
+    project: str = Field("", max_length=200)
+    max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)
+    max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
 
     _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
 
