@@ -29,7 +29,9 @@ from upwell.errors import TransientError
 from upwell.storage import Storage, translate
 from upwell.timeutil import now_iso
 
-TERMINAL_SHARD = ("succeeded", "failed")
+# "cancelled" is terminal for a shard (a redelivery only acks it) but not for the job: a cancelled
+# job keeps status "cancelled" and is never dispatched again unless re-run.
+TERMINAL_SHARD = ("succeeded", "failed", "cancelled")
 TERMINAL_JOB = ("succeeded", "partially_failed", "failed", "rejected")
 _RETRIES = 20
 
@@ -239,6 +241,68 @@ class Ledger:
                     "failed_node_seconds": float(row.get("failed_node_seconds") or 0) + node_seconds}
 
         self._update_shard(job_id, shard_id, change)
+
+    def shard_cancelled(self, job_id: str, shard_id: str, *, node: str = "", checkpoints: int = 0) -> bool:
+        """Make a shard "cancelled" (its job was cancelled). With ``node``: only while that node runs it."""
+        def change(row):
+            if row.get("status") in TERMINAL_SHARD:
+                return None
+            if node and (row.get("status") != "running" or row.get("node") != node):
+                return None
+            fields: dict[str, Any] = {"status": "cancelled", "cancelled_at": now_iso()}
+            if row.get("status") == "running":
+                fields["history"] = _history(row, "cancelled")
+                fields["checkpoints"] = int(row.get("checkpoints") or 0) + checkpoints
+            return fields
+
+        return self._update_shard(job_id, shard_id, change) is not None
+
+    def reopen_shard(self, job_id: str, shard_id: str) -> str | None:
+        """Put a terminal shard back to queued for a re-run; returns the status it had (None: not terminal)."""
+        was: list[str] = []
+
+        def change(row):
+            if row.get("status") not in TERMINAL_SHARD:
+                return None
+            was[:] = [row["status"]]
+            return {"status": "queued", "attempts": 0, "preemptions": 0, "deferrals": 0, "failures": 0,
+                    "error": "", "stderr_tail": "", "poisoned": False, "released_at": "", "node": "",
+                    "queued_at": now_iso(), "reruns": int(row.get("reruns") or 0) + 1}
+
+        return was[0] if self._update_shard(job_id, shard_id, change) is not None else None
+
+    def change_job(self, job_id: str, change) -> dict | None:
+        """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts."""
+        for _ in range(_RETRIES):
+            try:
+                entity = self.table.get_entity(job_id, names.JOB_ROW)
+            except ResourceNotFoundError:
+                return None
+            fields = change(dict(entity))
+            if fields is None:
+                return None
+            try:
+                self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields},
+                                         mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
+                                         match_condition=MatchConditions.IfNotModified)
+                return fields
+            except (ResourceModifiedError, HttpResponseError) as exc:
+                if not _conflict(exc):
+                    raise translate(exc, "update job") from None
+        raise TransientError(f"job {job_id}: too much contention")
+
+    def delete_job(self, job_id: str) -> int:
+        """Delete the job row and every shard row; returns how many rows went."""
+        rows = list(self.table.query_entities("PartitionKey eq @pk", parameters={"pk": job_id},
+                                              select=["PartitionKey", "RowKey"]))
+        for start in range(0, len(rows), 100):
+            ops = [("delete", {"PartitionKey": job_id, "RowKey": r["RowKey"]}) for r in rows[start:start + 100]]
+            try:
+                self.table.submit_transaction(ops)
+            except TableTransactionError:
+                for _, e in ops:
+                    self.table.delete_entity(e["PartitionKey"], e["RowKey"])
+        return len(rows)
 
     def finish_shard(self, job_id: str, shard_id: str, status: str, fields: dict, *,
                      cost_usd: float = 0.0) -> Completion:

@@ -39,6 +39,7 @@ from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
 from workers import results
+from workers.cancel import CANCELLED, CancelWatch
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,8 @@ class Agent:
         if budget is not None and float(job.get("spent_usd") or 0) >= float(budget):
             return self._poison(item, lease, shard, job, f"budget exceeded: spent ${float(job['spent_usd']):.2f} "
                                 f"of ${float(budget):.2f}; the job is no longer dispatched", log, poison=False)
+        if job.get("status") == CANCELLED:  # upwell cancel: a leftover message of a cancelled job
+            return self._cancelled(item, lease, log)
         cap = self._cap(job)
         if cap and self._over_cap(item, cap, started=False):
             return self._defer(item, lease, cap, log, started=False)
@@ -218,12 +221,16 @@ class Agent:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
             log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
+            watch = CancelWatch(self.ledger, item.job_id, self.stop)
             try:
                 result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                     stop=self.stop, on_tick=lease.extend)
+                                     stop=watch, on_tick=watch.ticker(lease.extend))
             except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
                 return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
                                     started=started)
+            self._keep_log(item, result)
+            if watch.cancelled.is_set() and result.status != "succeeded":
+                return self._cancelled(item, lease, log, checkpoint=result.checkpoint_dir)
             return self._settle(item, lease, shard, job, result, started, input_path, log)
         except (TransientError, AzureError) as exc:
             log.warning("agent.transient", error=str(exc).splitlines()[0][:300])
@@ -294,6 +301,31 @@ class Agent:
         lease.ack()
         log.error("agent.poisoned" if poison else "agent.dropped", error=error)
         return "poisoned" if poison else "dropped"
+
+    def _cancelled(self, item: WorkItem, lease: Lease, log, checkpoint: Path | None = None) -> str:
+        """The job was cancelled: keep any checkpoint (a re-run resumes from it), mark the shard, drop the message."""
+        n = self._stage_checkpoint_out(item, checkpoint)
+        self.ledger.shard_cancelled(item.job_id, item.shard_id, checkpoints=n)
+        lease.ack()
+        log.info("agent.cancelled", checkpoint_files=n)
+        return "cancelled"
+
+    def _keep_log(self, item: WorkItem, result) -> None:
+        """payload.log is an artifact of every attempt (results/<job>/<shard>/payload.log, the latest
+        attempt's); on success it goes up with the outputs, otherwise here."""
+        path = getattr(result, "log_path", None)
+        if not path or not Path(path).is_file():
+            return
+        out_dir = Path(result.checkpoint_dir).parent / "out"
+        if result.status == "succeeded" and out_dir.is_dir():
+            shutil.copyfile(path, out_dir / "payload.log")
+            result.artifacts.append(out_dir / "payload.log")
+            return
+        try:
+            with open(path, "rb") as fh:
+                self.storage.write(f"{item.result_prefix}/payload.log", fh)
+        except (TransientError, AzureError) as exc:
+            self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200])
 
     # -- staging ------------------------------------------------------------------------
     def _stage_in(self, item: WorkItem, root: Path) -> Path | None:

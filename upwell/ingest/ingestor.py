@@ -244,7 +244,7 @@ class Ingestor:
                 "payload": m.payload, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
                 "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
-                "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
+                "ranks": m.resources.ranks, "gpus": m.resources.gpus, "max_concurrency": m.max_concurrency,
                 "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
