@@ -77,7 +77,7 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
 
     for up_ in do_submit(_storage(), paths, prefix):
         job = f"job [bold]{up_.job_id}[/]" if up_.job_id else "input"
-        console.print(f"uploaded {up_.local} -> incoming/{up_.blob}  ({job})")
+        console.print(f"uploaded {up_.local} -> incoming/{up_.blob}  ({job})", soft_wrap=True)
 
 
 def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of rules")) -> None:
@@ -88,16 +88,18 @@ def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of
         console.print(f"rule pipelines/{name}")
 
 
-def status(job: str = typer.Argument(None, help="a job id; all jobs when omitted"),
+def status(job: str = typer.Argument(None, help="a job id, name or upload path; all jobs when omitted"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Report where jobs stand."""
+    from upwell.cli.jobs import resolve
     from upwell.results.status import job_status, list_jobs
 
     storage = _storage()
     if job:
+        job = resolve(storage, job)
         st = job_status(storage, job)
         if st is None:
-            console.print(f"[red]no job {job}[/]")
+            console.print(f"[red]no such job {job}[/]")
             raise typer.Exit(1)
         if as_json:
             console.print_json(json.dumps(st, default=str))
@@ -108,19 +110,27 @@ def status(job: str = typer.Argument(None, help="a job id; all jobs when omitted
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return
-    table = Table("job", "status", "payload", "pool", "done", "failed", "total", "cost $", "message")
+    table = Table()
+    # Whole ids, never cut or folded, at any terminal width or none: the id is what the other commands take.
+    table.add_column("job", no_wrap=True, overflow="ignore", min_width=max([len(r["job_id"]) for r in rows] or [3]))
+    for header in ("status", "payload", "pool", "done", "failed", "total", "cost $", "message"):
+        table.add_column(header)
     for r in rows:
         table.add_row(r["job_id"], r.get("status") or "", r.get("payload") or "", r.get("pool") or "",
                       str(r.get("shards_done") or 0), str(r.get("shards_failed") or 0), str(r.get("shards_total") or 0),
                       f"{float(r.get('spent_usd') or 0):.4f}", (r.get("message") or "")[:60])
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+    else:  # a pipe or a file: as wide as the rows need, not 80 columns
+        Console(width=max(console.width, table.columns[0].min_width + 140)).print(table)
 
 
 def _print_job(st: dict) -> None:
     s = st["shards"]
-    console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]")
+    console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]", soft_wrap=True)
+    cancelled = f", {s['cancelled']} cancelled" if s.get("cancelled") else ""
     console.print(f"  shards: {s['succeeded']} done, {s['failed']} failed, {s['running']} running, "
-                  f"{s['queued']} queued, {s['preempted']} preempted, of {s['total']}")
+                  f"{s['queued']} queued, {s['preempted']} preempted{cancelled}, of {s['total']}")
     console.print(f"  workers: {', '.join(st['workers']) or '-'}; cost so far ${float(st.get('spent_usd') or 0):.4f} "
                   f"(estimate ${float(st.get('estimate_usd') or 0):.4f})")
     if st.get("message"):
@@ -141,7 +151,7 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
                TimeElapsedColumn())
     deadline = time.monotonic() + timeout
     with Progress(*columns, console=console, transient=False) as progress:
-        tasks = {j: progress.add_task(j[:40], total=None, info="waiting") for j in job_ids}
+        tasks = {j: progress.add_task(j, total=None, info="waiting") for j in job_ids}
         while len(final) < len(job_ids) and time.monotonic() < deadline:
             for job in job_ids:
                 if job in final:
@@ -165,12 +175,27 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
     return final
 
 
-def watch(job: list[str] = typer.Argument(..., help="job ids"),
+def watch(job: list[str] = typer.Argument(..., help="job ids, names or upload paths"),
           timeout: float = typer.Option(900.0, help="give up after this many seconds")) -> None:
     """Live progress: shards queued, running, done and failed; workers; cost so far."""
-    final = watch_jobs(job, timeout)
+    final = watch_jobs([_known_job(j) for j in job], timeout)
     if not all(st.get("reported") for st in final.values()):
         raise typer.Exit(1)
+
+
+def _known_job(text: str) -> str:
+    """A job that exists, or an id whose upload is in incoming/ and not yet ingested; else 'no such job' now."""
+    from upwell.cli.jobs import err
+    from upwell.lifecycle.find import NoSuchJob, find_job, pending_upload
+
+    storage = _storage()
+    try:
+        return find_job(storage, text).job_id
+    except NoSuchJob as exc:
+        if not any(c in text for c in "/\\#?") and pending_upload(storage, text):
+            return text  # uploaded a moment ago: its ingest will create it
+        err.print(f"[red]{exc}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def fetch_report(job_id: str, dest_root: Path | None = None) -> Path:
@@ -190,10 +215,12 @@ def fetch_report(job_id: str, dest_root: Path | None = None) -> Path:
     return (dest / "index.html").resolve()
 
 
-def report(job: str = typer.Argument(..., help="job id")) -> None:
+def report(job: str = typer.Argument(..., help="job id, name or upload path")) -> None:
     """Download a job's report to .upwell/reports/<job>/ and print its index.html."""
+    from upwell.cli.jobs import resolve
+
     try:
-        console.print(str(fetch_report(job)), soft_wrap=True)
+        console.print(str(fetch_report(resolve(_storage(), job))), soft_wrap=True, markup=False)
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(1) from None

@@ -65,6 +65,7 @@ def find_job(storage: Storage, text: str, ledger: Ledger | None = None) -> Found
 def pending_upload(storage: Storage, job_id: str) -> str | None:
     """The incoming/ blob whose ingest will create ``job_id`` (uploaded, not yet ingested), if any."""
     for blob in storage.list(names.INCOMING):
-        if job_id_for(blob.name, blob.etag) == job_id:
+        etag = blob.etag if blob.etag.startswith('"') else f'"{blob.etag}"'  # listings drop the quotes
+        if job_id_for(blob.name, etag) == job_id:
             return f"{names.INCOMING}/{blob.name}"
     return None

@@ -35,7 +35,7 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
             for up in submit(stack.storage, [path], prefix):
                 if up.job_id:
                     jobs.append(up.job_id)
-                    console.print(f"  submitted incoming/{up.blob} -> job {up.job_id}")
+                    console.print(f"  submitted incoming/{up.blob} -> job {up.job_id}", soft_wrap=True)
         console.print(f"watching {len(jobs)} jobs (workers scale with the queues; logs in {state / 'logs'}) ...")
         final = watch_jobs(jobs, timeout)
         ok = True
@@ -44,7 +44,8 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
             st = final[job]
             if not st.get("reported"):
                 ok = False
-                console.print(f"  [red]{job}: not reported[/] (status {st.get('status')}, {st.get('message') or ''})")
+                console.print(f"  [red]{job}: not reported[/] (status {st.get('status')}, {st.get('message') or ''})",
+                              soft_wrap=True)
                 continue
             path = fetch_report(job, state / "reports")
             console.print(f"  {job} ({st.get('status')}): {path}", soft_wrap=True, markup=False)

@@ -22,7 +22,8 @@ def job_status(storage: Storage, job_id: str, ledger: Ledger | None = None) -> d
     nodes = sorted({s["node"] for s in shards if s.get("status") == "running" and s.get("node")})
     out = {"job_id": job_id, **{k: job.get(k) for k in JOB_FIELDS},
            "shards": {"queued": states["queued"], "running": states["running"], "preempted": states["preempted"],
-                      "succeeded": states["succeeded"], "failed": states["failed"], "total": len(shards)},
+                      "succeeded": states["succeeded"], "failed": states["failed"],
+                      "cancelled": states["cancelled"], "total": len(shards)},
            "workers": nodes, "preemptions": sum(int(s.get("preemptions") or 0) for s in shards)}
     out["failures"] = [{"shard": s["RowKey"], "error": s.get("error", "")} for s in shards
                        if s.get("status") == "failed"][:20]
