@@ -9,7 +9,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from upwell import names
+from upwell import logs, names
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
 from upwell.settings import Settings
@@ -17,6 +17,8 @@ from upwell.storage import Storage
 
 pytestmark = [pytest.mark.integration]
 runner = CliRunner()
+# Log to pytest's stderr, not to a CliRunner stream that closes after the first command.
+logs.configure()
 LONG = "a-rather-long-folder-name-for-a-sweep-of-the-logistic-map"
 
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from upwell import names
+from upwell import logs, names
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
@@ -24,6 +24,8 @@ from workers.agent import Agent, AgentConfig
 
 pytestmark = [pytest.mark.integration]
 runner = CliRunner()
+# Log to pytest's stderr, not to a CliRunner stream that closes after the first command.
+logs.configure()
 
 
 @pytest.fixture

@@ -71,13 +71,41 @@ def _say(text: str) -> None:
 
 
 def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upload"),
-           prefix: str = typer.Option("", help="folder under incoming/ to upload into")) -> None:
-    """Upload files or folders to incoming/, as a collaborator would."""
+           prefix: str = typer.Option("", help="folder under incoming/ to upload into"),
+           dry_run: bool = typer.Option(False, "--dry-run", help="validate and estimate; upload nothing"),
+           wait: bool = typer.Option(False, "--wait", help="then watch the jobs until they are reported"),
+           timeout: float = typer.Option(900.0, help="with --wait: give up after this many seconds")) -> None:
+    """Validate, then upload files or folders to incoming/, as a collaborator would."""
+    from upwell.errors import InputRejected
+    from upwell.ingest.submit import check
     from upwell.ingest.submit import submit as do_submit
 
-    for up_ in do_submit(_storage(), paths, prefix):
+    storage = _storage()
+    try:
+        plans = check(storage, paths, prefix)
+    except (InputRejected, FileNotFoundError) as exc:
+        console.print(f"[red]refused[/] (nothing uploaded): {getattr(exc, 'message', exc)}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    for p in plans:
+        shards = f"{p.shards} shard(s)" if p.shards is not None else "shards counted at ingest"
+        budget = f", budget ${p.budget_usd:.2f}" if p.budget_usd is not None else ""
+        console.print(f"ok incoming/{p.blob}: {p.payload} on pool {p.pool}, {shards}; estimate "
+                      f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} on {p.price_key}"
+                      f"{' (spot)' if p.spot else ''}{budget}", soft_wrap=True, markup=False)
+    if dry_run:
+        console.print("dry run: nothing uploaded")
+        return
+    jobs = []
+    for up_ in do_submit(storage, paths, prefix):
         job = f"job [bold]{up_.job_id}[/]" if up_.job_id else "input"
         console.print(f"uploaded {up_.local} -> incoming/{up_.blob}  ({job})", soft_wrap=True)
+        jobs += [up_.job_id] if up_.job_id else []
+    if wait and jobs:
+        final = watch_jobs(jobs, timeout)
+        for job_id, st in final.items():
+            console.print(f"{job_id}: {st.get('status')}", soft_wrap=True, markup=False)
+        if not all(st.get("reported") and st.get("status") == "succeeded" for st in final.values()):
+            raise typer.Exit(1)
 
 
 def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of rules")) -> None:

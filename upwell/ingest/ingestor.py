@@ -255,8 +255,8 @@ class Ingestor:
         if len(shards) > self.settings.max_shards:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
-        est_ns = job["estimate_node_seconds_per_shard"] * len(shards) * max(1, resources.ranks // 2 or 1)
-        est_usd = _estimate(est_ns, job["price_key"], job["spot"])
+        est_ns, est_usd = estimate_job(job["estimate_node_seconds_per_shard"], len(shards), resources.ranks,
+                                       job["price_key"], job["spot"])
         job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd)
         if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
             raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
@@ -340,6 +340,12 @@ class _DotSegments(RequestsTransport):
     def send(self, request, **kwargs):
         request.url = _encode_dot_segments(request.url)
         return super().send(request, **kwargs)
+
+
+def estimate_job(per_shard_s: float, shards: int, ranks: int, price_key: str, spot: bool) -> tuple[float, float]:
+    """(node-seconds, USD) that a job is expected to cost before it is dispatched."""
+    node_seconds = per_shard_s * shards * max(1, ranks // 2 or 1)
+    return node_seconds, _estimate(node_seconds, price_key, spot)
 
 
 def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:

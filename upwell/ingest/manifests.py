@@ -191,6 +191,31 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (nested models followed; None past a dict)."""
+    for part in loc[:-1]:
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        nested = getattr(info, "annotation", None)
+        if not (isinstance(nested, type) and issubclass(nested, BaseModel)):
+            return None
+        model = nested
+    return model
+
+
+def hint(model: type[BaseModel] | None, err: dict) -> str:
+    """'; did you mean budget_usd?' for a misspelt field (an unknown key close to a known one), else ''."""
+    if err.get("type") != "extra_forbidden" or model is None or not err.get("loc"):
+        return ""
+    import difflib
+
+    wrong, known = str(err["loc"][-1]), list(model.model_fields)
+    close = [k for k in known if k.startswith(wrong) or wrong.startswith(k)] or \
+        difflib.get_close_matches(wrong, known, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]}?"
+    return f"; the fields are {', '.join(known)}"
+
+
 def validate(model: type[BaseModel], doc: dict, source: str):
     try:
         return model.model_validate(doc)
@@ -198,7 +223,8 @@ def validate(model: type[BaseModel], doc: dict, source: str):
         err = exc.errors()[0]
         where = _loc(err["loc"]) or "document"
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise InputRejected(f"{source}: {where}: {err['msg']}{more}", field=where, source=source) from None
+        tip = hint(_model_at(model, err["loc"]), err)
+        raise InputRejected(f"{source}: {where}: {err['msg']}{tip}{more}", field=where, source=source) from None
 
 
 def load_manifest(data: bytes, source: str) -> Manifest:
@@ -233,7 +259,8 @@ def grid_points(m: Manifest, max_shards: int, max_param_bytes: int) -> list[dict
         except ValidationError as exc:
             err = exc.errors()[0]
             field = _loc(err["loc"])
-            raise InputRejected(f"grid point {i} {json.dumps(point, default=str)[:200]}: {field}: {err['msg']}",
+            tip = hint(spec.params, err)
+            raise InputRejected(f"grid point {i} {json.dumps(point, default=str)[:200]}: {field}: {err['msg']}{tip}",
                                 field=f"grid.{field}" if field in keys else f"params.{field}", row=i) from None
         size = len(json.dumps(point, default=str))
         if size > max_param_bytes:
