@@ -8,6 +8,7 @@ import azure.functions as func
 
 from handlers import context
 from upwell import logs
+from upwell.ingest.ingestor import recheck_waiting
 from upwell.results.publish import reconcile
 from upwell.scale.autoscaler import Autoscaler
 
@@ -28,3 +29,7 @@ def scale(timer: func.TimerRequest) -> None:
         reconcile(context.storage())
     except Exception as exc:  # noqa: BLE001 - a periodic loop logs and goes on
         log.warning("scale.reconcile_failed", error=str(exc)[:300])
+    try:
+        recheck_waiting(context.storage(), context.settings())
+    except Exception as exc:  # noqa: BLE001
+        log.warning("scale.recheck_waiting_failed", error=str(exc)[:300])

@@ -88,6 +88,7 @@ class Settings:
     image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -105,7 +106,7 @@ class Settings:
         for name, var in (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
                           ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"),
                           ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
-                          ("max_concurrency", "UPWELL_MAX_CONCURRENCY")):
+                          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S")):
             if env.get(var):
                 try:
                     kw[name] = int(env[var])
