@@ -163,7 +163,8 @@ CORPUS = [
     Case("manifest-data-absolute", "m/abs/job.yaml", _manifest(payload="channel-stats", grid={}, data=["/etc/passwd"]),
          "data[0]", "absolute path"),
     Case("manifest-data-missing", "m/missing/job.yaml", _manifest(payload="channel-stats", grid={},
-                                                                  data=["nowhere.csv"]), "data[0]", "does not exist"),
+                                                                  data=["nowhere.csv"]), "data[0]", "does not exist",
+         limit="data_wait_s=0"),
     # hostile names (the Azure SDK resolves '.' and '..' in URLs, so these are uploaded raw)
     Case("name-dotdot", "names/../escape.csv", CSV, "name", "contains '..'", raw=True),
     Case("name-dot", "names/./dot.csv", CSV, "name", "'.' path segment", raw=True),
