@@ -50,6 +50,9 @@ def _with_shared_options(spec: dict, name: str, env: dict[str, str]) -> dict:
 def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolSpec]:
     """Parse UPWELL_POOLS: a JSON object of pool name to PoolSpec fields.
 
+    When every pool named is local, the setting changes the local defaults: a named default pool keeps
+    the fields it does not set (its cooldown, price key ...), the pools it does not name stay, and
+    ``"gpu": null`` removes one. A setting that names any cloud pool is the whole pool set.
     Cloud pools take the account-wide app settings (UPWELL_BATCH_ACCOUNT_URL, UPWELL_SUBSCRIPTION_ID,
     UPWELL_RESOURCE_GROUP, UPWELL_WORKER_IDENTITY_ID, UPWELL_WORKER_IMAGE_CPU/GPU) as option defaults.
     """
@@ -61,17 +64,26 @@ def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolS
     if not isinstance(raw, dict) or not raw:
         raise ConfigError("UPWELL_POOLS must be a non-empty JSON object of pool name -> settings")
     known = {f.name for f in fields(PoolSpec)} - {"name"}
-    pools = {}
+    local_only = all(spec is None or (isinstance(spec, dict) and spec.get("backend", "local") == "local")
+                     for spec in raw.values())
+    pools = _default_pools() if local_only else {}
     for name, spec in raw.items():
+        if spec is None and local_only:
+            pools.pop(name, None)
+            continue
         if not isinstance(spec, dict):
             raise ConfigError(f"UPWELL_POOLS.{name} must be an object")
         unknown = set(spec) - known
         if unknown:
             raise ConfigError(f"UPWELL_POOLS.{name} has unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        inherited = {f.name: getattr(pools[name], f.name) for f in fields(PoolSpec) if f.name != "name"} \
+            if local_only and name in pools else {}
         try:
-            pools[name] = PoolSpec(name=name, **_with_shared_options(spec, name, env))
+            pools[name] = PoolSpec(name=name, **{**inherited, **_with_shared_options(spec, name, env)})
         except TypeError as exc:
             raise ConfigError(f"UPWELL_POOLS.{name}: {exc}") from None
+    if not pools:
+        raise ConfigError("UPWELL_POOLS leaves no pool")
     return pools
 
 

@@ -33,20 +33,30 @@ def _storage():
 def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP triggers (127.0.0.1)"),
        blob_port: int = typer.Option(10000, help="Azurite blob port"),
        queue_port: int = typer.Option(10001, help="Azurite queue port"),
-       table_port: int = typer.Option(10002, help="Azurite table port")) -> None:
+       table_port: int = typer.Option(10002, help="Azurite table port"),
+       workers: str = typer.Option(None, help="local workers: N for every local pool, or cpu=4,mpi=1"),
+       free_ports: bool = typer.Option(
+           False, "--free-ports", help="when the ports belong to another checkout's stack, use free ones")) -> None:
     """Start Azurite (persisted under .upwell/), the local Functions host and the local pool. Ctrl-C stops all."""
+    from upwell.local import owner
     from upwell.local.stack import LocalStack
 
-    stack = LocalStack(STATE, http_port=http_port, ports=(blob_port, queue_port, table_port))
+    ports, http_port = _choose_ports((blob_port, queue_port, table_port), http_port, free_ports)
+    _pools_for_up(workers)
+    stack = LocalStack(STATE, http_port=http_port, ports=ports)
     stopping = threading.Event()
     # Handlers before any child exists, and every child started inside try/finally: a Ctrl-C, a kill or a
     # closed terminal at any moment, even during start-up, stops whatever was started.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stopping.set())
+    died = False
     try:
         stack.start_storage()
-        _say(f"[green]storage[/] Azurite on 127.0.0.1:{blob_port}/{queue_port}/{table_port} "
-             f"({'reused' if stack.azurite is None else 'started'}, data in {STATE / 'azurite'})")
+        owner.claim("up", STATE, ports, http_port)
+        where = (f"started, data in {STATE / 'azurite'}" if stack.azurite is not None else
+                 "REUSED: an Azurite that upwell did not start here already listens there; its data is wherever "
+                 f"it keeps it, not in {STATE / 'azurite'}")
+        _say(f"[green]storage[/] Azurite on 127.0.0.1:{ports[0]}/{ports[1]}/{ports[2]} ({where})")
         if stopping.is_set():
             return
         stack.start_devhost()
@@ -56,16 +66,71 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
              "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
         while not stopping.is_set() and stack.alive():
             stopping.wait(0.5)
+        died = not stopping.is_set()
     finally:
         _say("[yellow]stopping[/] devhost, workers, Azurite ...")
         stack.stop()
+        owner.release(ports[0])
         _say("[green]stopped[/]")
+    if died:
+        _say(f"[red]the functions host exited on its own[/]; its output is above (is port {http_port} in use?)")
+        raise typer.Exit(1)
 
 
-def _say(text: str) -> None:
+def _choose_ports(ports: tuple[int, int, int], http_port: int, free: bool) -> tuple[tuple[int, int, int], int]:
+    """The ports `up` uses: refuse a second `up` of this checkout, and another checkout's stack unless --free-ports."""
+    from upwell.local import azurite, owner
+
+    info = owner.owner(ports[0])
+    if info and owner.same_home(info, STATE):
+        _say(f"[red]upwell up already runs here[/]: {owner.describe(info)}. Use that one (submit, status and "
+             "watch reach it), or stop it with Ctrl-C in its terminal.")
+        raise typer.Exit(1)
+    if info and not free:
+        _say(f"[red]these ports belong to another checkout's stack[/]: {owner.describe(info)}. Stop that one, or "
+             "start this one with --free-ports (or --blob-port/--queue-port/--table-port/--http-port).")
+        raise typer.Exit(1)
+    if info:
+        blob, queue, table, http = azurite.free_ports(4)
+        _say(f"[yellow]ports {ports[0]}-{ports[2]} and {http_port} belong to {owner.describe(info)}[/]; this "
+             f"stack uses free ports: Azurite {blob}/{queue}/{table}, functions {http}. Its clients need these "
+             f"endpoints: blob http://127.0.0.1:{blob}/{azurite.ACCOUNT}, queue :{queue}, table :{table}")
+        return (blob, queue, table), http
+    if azurite.port_open(http_port):
+        _say(f"[red]port {http_port} is in use[/] (another functions host?); pick another with --http-port")
+        raise typer.Exit(1)
+    return ports, http_port
+
+
+def _pools_for_up(workers: str | None) -> None:
+    """Apply --workers, give each worker its share of the cores, print the pool table, warn on oversubscription."""
+    from upwell.errors import ConfigError
+    from upwell.local import workers as local_workers
+    from upwell.settings import Settings
+
+    try:
+        pools = local_workers.with_workers(Settings.from_env().pools, workers)
+    except ConfigError as exc:
+        _say(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    cores = local_workers.cores()
+    threads, chosen = local_workers.threads_per_worker(pools, dict(os.environ), cores)
+    os.environ["UPWELL_POOLS"] = local_workers.to_setting(pools)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    table = Table(title=f"pools ({cores} cores; threads each {'from OMP_NUM_THREADS' if chosen else 'shared out'})")
+    for header in local_workers.HEADERS:
+        table.add_column(header, no_wrap=True)
+    for row in local_workers.table_rows(pools, threads):
+        table.add_row(*row)
+    _say(table)
+    for warning in local_workers.oversubscribed(pools, threads, cores):
+        _say(f"[yellow]warning[/] {warning}")
+
+
+def _say(text) -> None:
     """Print, unless the terminal is gone (SIGHUP): stopping the children matters more than the message."""
     try:
-        console.print(text)
+        console.print(text, soft_wrap=isinstance(text, str))
     except OSError:
         pass
 
