@@ -15,17 +15,16 @@ from upwell import names
 from upwell.errors import ConfigError
 from upwell.scale.pools.base import PoolSpec
 
+# Local pools are priced as the VM sizes that bicep/main.bicep deploys by default (cpuVmSize, mpiVmSize,
+# gpuVmSize), so a local report's "the same on Azure" is what the default deployment would cost.
+AZURE_DEFAULT_SIZES = {"cpu": "Standard_D4s_v5", "mpi": "Standard_D32s_v4", "gpu": "Standard_NC24ads_A100_v4"}
+
 
 def _default_pools() -> dict[str, PoolSpec]:
     cores = os.cpu_count() or 2
-    return {
-        "cpu": PoolSpec("cpu", backend="local", max_nodes=cores, price_key="Standard_D2s_v5",
-                        scale_down_votes=2, cooldown_s=10.0),
-        "mpi": PoolSpec("mpi", backend="local", max_nodes=max(1, cores // 2), price_key="Standard_D4s_v5",
-                        scale_down_votes=2, cooldown_s=10.0),
-        "gpu": PoolSpec("gpu", backend="local", max_nodes=1, price_key="Standard_NC6s_v3",
-                        scale_down_votes=2, cooldown_s=10.0),
-    }
+    maxima = {"cpu": cores, "mpi": max(1, cores // 2), "gpu": 1}
+    return {name: PoolSpec(name, backend="local", max_nodes=maxima[name], price_key=AZURE_DEFAULT_SIZES[name],
+                           scale_down_votes=2, cooldown_s=10.0) for name in ("cpu", "mpi", "gpu")}
 
 
 # Account-wide settings that every cloud pool shares unless its own options say otherwise.
