@@ -186,3 +186,42 @@ def test_delete_removes_blobs_and_rows_and_prune_takes_only_old_jobs(store, tmp_
     assert code == 1 and "no such job" in out, out
     code, out = _cli("prune", "--older-than", "soon")
     assert code == 1 and "30d" in out, out
+
+
+@pytest.mark.slow
+def test_cancel_keeps_the_checkpoint_and_rerun_resumes_from_it(store, tmp_path):
+    """heat-mpi under real mpiexec: cancelled mid-run it writes its checkpoint, which the agent keeps; a re-run
+    of the cancelled shard resumes from it and finishes the job."""
+    ledger = Ledger(store)
+    store.queue(names.work_queue("mpi")).clear_messages()
+    path = "life/heat/job.yaml"
+    store.blob(names.INCOMING, path).upload_blob(
+        b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
+        b"params: {nx: 128, t_end: 0.03, checkpoint_every: 50}\ngrid: {alpha: [1.0]}\n", overwrite=True)
+    job = Ingestor(store, Settings()).ingest(path).job_id
+    config = AgentConfig(pool="mpi", node_id="node-heat", scratch=str(tmp_path / "scratch"), poll_s=0.2,
+                         max_items=1, lease_s=30)
+    agent = Agent(store, config, Settings())
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180, "a first checkpoint")
+    code, out = _cli("cancel", path, "--wait", "60")
+    assert code == 0 and "1 of 1 running shard(s) checkpointed and stopped" in out, out
+    thread.join(60)
+    shard = ledger.shard(job, "s00000")
+    assert shard["status"] == "cancelled" and int(shard.get("checkpoints") or 0) >= 1, shard
+    kept = [b.name for b in store.list(names.CHECKPOINTS, f"{job}/s00000/")]
+    assert kept, "the cancelled shard's checkpoint was not kept"
+
+    code, out = _cli("rerun", job)
+    assert code == 0 and "re-running 1 shard(s)" in out, out
+    assert [b.name for b in store.list(names.CHECKPOINTS, f"{job}/s00000/")] == kept
+    agent = Agent(store, AgentConfig(pool="mpi", node_id="node-heat-2", scratch=str(tmp_path / "s2"), poll_s=0.2,
+                                     max_items=1, idle_exit_s=5, lease_s=30), Settings())
+    agent.run()
+    for blob in store.list(names.RESULTS, f"{job}/"):
+        if blob.name.count("/") == 1:
+            collect(store, blob.name)
+    doc = json.loads(store.read(f"{names.RESULTS}/{job}/s00000.json"))
+    assert doc["status"] == "succeeded" and doc["timings"]["resumed_from"] not in (None, 0), doc["timings"]
+    assert ledger.job(job)["status"] == "succeeded"
