@@ -106,6 +106,10 @@ def test_cancel_stops_the_running_shard_and_drains_only_its_own_messages(store, 
     # The stopped attempt's log is kept.
     code, out = _cli("logs", victim, "s00000")
     assert code == 0 and "workers.payloads.logistic" in out, out
+    # watch ends at once on a cancelled job (it will never be reported), exit 1.
+    started = time.monotonic()
+    code, out = _cli("watch", victim, "--timeout", "60")
+    assert code == 1 and time.monotonic() - started < 15, out
     # Cancelling again is harmless; a leftover delivery of a cancelled job is dropped without running.
     code, out = _cli("cancel", victim)
     assert code == 0 and "0 queued shard(s) cancelled" in out, out

@@ -259,7 +259,7 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
                     info += f" | {st['message'][:60]}"
                 progress.update(tasks[job], total=st.get("shards_total") or s["total"] or None,
                                 completed=s["succeeded"] + s["failed"], info=info)
-                if st.get("reported") or st.get("status") == "rejected":
+                if st.get("reported") or st.get("status") in ("rejected", "cancelled"):
                     final[job] = st
             time.sleep(0.5)
     for job in job_ids:
