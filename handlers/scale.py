@@ -8,6 +8,7 @@ import azure.functions as func
 
 from handlers import context
 from upwell import logs
+from upwell.errors import UpwellError
 from upwell.ingest.ingestor import recheck_waiting
 from upwell.results.publish import reconcile
 from upwell.scale.autoscaler import Autoscaler
@@ -27,9 +28,9 @@ def scale(timer: func.TimerRequest) -> None:
     autoscaler().adapt()
     try:
         reconcile(context.storage())
-    except Exception as exc:  # noqa: BLE001 - a periodic loop logs and goes on
-        log.warning("scale.reconcile_failed", error=str(exc)[:300])
+    except UpwellError as exc:  # a periodic loop logs and goes on
+        log.warning("handlers.reconcile_failed", error=str(exc)[:300], code=exc.code)
     try:
         recheck_waiting(context.storage(), context.settings())
-    except Exception as exc:  # noqa: BLE001
-        log.warning("scale.recheck_waiting_failed", error=str(exc)[:300])
+    except UpwellError as exc:
+        log.warning("handlers.recheck_waiting_failed", error=str(exc)[:300], code=exc.code)

@@ -76,7 +76,7 @@ def test_submit_prints_each_id_on_its_line_when_piped(store, tmp_path):
     (folder / "job.yaml").write_text("payload: logistic\ngrid: {r: [3.3]}\n")
     code, out = _cli("submit", str(folder), "--prefix", "ids/piped")
     assert code == 0, out
-    lines = [ln for ln in out.splitlines() if "job.yaml" in ln]
+    lines = [ln for ln in out.splitlines() if ln.startswith("uploaded")]
     assert len(lines) == 1 and len(lines[0]) > 120, out  # one line, not wrapped at 80 columns
     job_id = lines[0].rsplit("job ", 1)[1].rstrip(")")
     assert job_id.startswith(LONG[:20]) and len(job_id) > 40, lines[0]

@@ -42,20 +42,20 @@ def test_manifest_first_waits_then_runs_when_the_data_lands(store):
     out = ingest.ingest("order/first/job.yaml")
     assert out.status == "waiting", out
     job = ledger.job(out.job_id)
-    assert job["status"] == "waiting" and "data/a.csv, data/b.csv (0 of 2 present)" in job["message"], job
+    assert job.status == "waiting" and "data/a.csv, data/b.csv (0 of 2 present)" in job.message, job
     code, text = runner.invoke(app, ["status"]).exit_code, runner.invoke(app, ["status", "order-first"]).output
     assert code == 0 and "waiting" in text and "gives up at" in text, text
 
     _put(store, "order/first/data/a.csv", CSV)
     assert ingest.ingest("order/first/data/a.csv").status == "skipped"  # an input: it only wakes the manifest
-    assert "(1 of 2 present)" in ledger.job(out.job_id)["message"]
-    assert ledger.job(out.job_id)["status"] == "waiting"
+    assert "(1 of 2 present)" in ledger.job(out.job_id).message
+    assert ledger.job(out.job_id).status == "waiting"
 
     _put(store, "order/first/data/b.csv", CSV)
     ingest.ingest("order/first/data/b.csv")
     job = ledger.job(out.job_id)
-    assert job["status"] == "accepted" and int(job["shards_total"]) == 4 and job["payload"] == "channel-stats", job
-    assert not job.get("message")
+    assert job.status == "accepted" and job.shards_total == 4 and job.payload == "channel-stats", job
+    assert not job.message
     assert len(ledger.shards(out.job_id)) == 4
     # A later delivery of the manifest is the same job, not a second one.
     assert ingest.ingest("order/first/job.yaml").status == "duplicate"
@@ -71,6 +71,6 @@ def test_a_waiting_manifest_is_rejected_when_its_grace_is_over(store):
     time.sleep(1.2)
     assert out.job_id in recheck_waiting(store, Settings(data_wait_s=1))
     job = ledger.job(out.job_id)
-    assert job["status"] == "rejected", job
-    assert "order/late/data/never.csv does not exist" in job["message"] and "the limit is 1 s" in job["message"]
+    assert job.status == "rejected", job
+    assert "order/late/data/never.csv does not exist" in job.message and "the limit is 1 s" in job.message
     assert store.exists(f"{names.QUARANTINE}/order/late/job.yaml.error.json")

@@ -84,7 +84,7 @@ def test_cancel_stops_the_running_shard_and_drains_only_its_own_messages(store, 
     thread = threading.Thread(target=lambda: outcome.append(orig(agent.queue.receive_message(
         visibility_timeout=60))), daemon=True)
     thread.start()
-    _wait(lambda: (ledger.shard(victim, "s00000") or {}).get("status") == "running", 30, "the first shard to run")
+    _wait(lambda: getattr(ledger.shard(victim, "s00000"), "status", None) == "running", 30, "the first shard to run")
 
     started = time.monotonic()
     code, out = _cli("cancel", "cancel-me", "--wait", "30")  # by name
@@ -95,14 +95,14 @@ def test_cancel_stops_the_running_shard_and_drains_only_its_own_messages(store, 
     assert took < 20, f"cancel took {took:.1f}s"
     thread.join(30)
     assert outcome == ["cancelled"]
-    assert ledger.job(victim)["status"] == "cancelled"
-    assert {s["RowKey"]: s["status"] for s in ledger.shards(victim)} == {
+    assert ledger.job(victim).status == "cancelled"
+    assert {s.shard_id: s.status for s in ledger.shards(victim)} == {
         "s00000": "cancelled", "s00001": "cancelled", "s00002": "cancelled", "s00003": "cancelled"}
     # The other job's message went back, counted as a deferral, not a failure.
     left = store.queue(names.work_queue("cpu")).peek_messages(max_messages=32)
     assert [json.loads(m.content)["job_id"] for m in left] == [other]
     row = ledger.shard(other, "s00000")
-    assert int(row.get("deferrals") or 0) == 1 and not row.get("failures")
+    assert row.deferrals == 1 and not row.failures
     # The stopped attempt's log is kept.
     code, out = _cli("logs", victim, "s00000")
     assert code == 0 and "workers.payloads.logistic" in out, out
@@ -130,28 +130,28 @@ def test_rerun_failed_only_then_one_shard_and_logs(store, tmp_path):
     job = _ingest(store, path, "payload: logistic\ngrid: {fail_first_attempts: [0, 9, 0]}\n")
     _run_all(store, tmp_path, job, 3, max_dequeue_count=1)
     row = ledger.job(job)
-    assert row["status"] == "partially_failed" and row["shards_failed"] == 1 and row["shards_done"] == 2
+    assert row.status == "partially_failed" and row.shards_failed == 1 and row.shards_done == 2
     code, out = _cli("logs", "incoming/" + path, "s00001")  # by upload path
     assert code == 0 and "injected failure: attempt 1" in out, out
 
     code, out = _cli("rerun", "life/rerun", "--failed")  # by folder
     assert code == 0 and "re-running 1 shard(s)" in out and "s00001" in out, out
     row = ledger.job(job)
-    assert row["status"] == "accepted" and row["shards_failed"] == 0 and row["shards_done"] == 2
-    assert not row.get("reported")
-    assert ledger.shard(job, "s00001")["status"] == "queued"
+    assert row.status == "accepted" and row.shards_failed == 0 and row.shards_done == 2
+    assert not row.reported
+    assert ledger.shard(job, "s00001").status == "queued"
     assert not store.exists(f"{names.RESULTS}/{job}/s00001.json")
     msgs = store.queue(names.work_queue("cpu")).peek_messages(max_messages=32)
     assert [(json.loads(m.content)["shard_id"]) for m in msgs] == ["s00001"]
     _run_all(store, tmp_path, job, 1, max_dequeue_count=1)
-    assert ledger.job(job)["status"] == "partially_failed"
-    assert int(ledger.shard(job, "s00001")["attempts"]) == 1  # counters restarted
+    assert ledger.job(job).status == "partially_failed"
+    assert ledger.shard(job, "s00001").attempts == 1  # counters restarted
 
     code, out = _cli("rerun", job, "--shard", "s00002")
     assert code == 0 and "s00002" in out and "s00001" not in out.split("shard(s) of")[1], out
-    assert ledger.job(job)["shards_done"] == 1
+    assert ledger.job(job).shards_done == 1
     _run_all(store, tmp_path, job, 1)
-    assert ledger.job(job)["shards_done"] == 2 and ledger.job(job)["status"] == "partially_failed"
+    assert ledger.job(job).shards_done == 2 and ledger.job(job).status == "partially_failed"
     code, out = _cli("rerun", job, "--shard", "s00042")
     assert code == 1 and "no shard s00042" in out
 
@@ -162,7 +162,7 @@ def test_delete_removes_blobs_and_rows_and_prune_takes_only_old_jobs(store, tmp_
     _run_all(store, tmp_path, old, 1)
     fresh = _ingest(store, "life/fresh/job.yaml", "payload: logistic\ngrid: {r: [3.4]}\n")
     _run_all(store, tmp_path, fresh, 1)
-    assert ledger.job(old)["status"] == ledger.job(fresh)["status"] == "succeeded"
+    assert ledger.job(old).status == ledger.job(fresh).status == "succeeded"
     assert list(store.list(names.RESULTS, f"{old}/"))
     ledger.update_job(old, finished_at=(datetime.now(UTC) - timedelta(days=40)).isoformat())
 
@@ -213,7 +213,7 @@ def test_cancel_keeps_the_checkpoint_and_rerun_resumes_from_it(store, tmp_path):
     assert code == 0 and "1 of 1 running shard(s) checkpointed and stopped" in out, out
     thread.join(60)
     shard = ledger.shard(job, "s00000")
-    assert shard["status"] == "cancelled" and int(shard.get("checkpoints") or 0) >= 1, shard
+    assert shard.status == "cancelled" and shard.checkpoints >= 1, shard
     kept = [b.name for b in store.list(names.CHECKPOINTS, f"{job}/s00000/")]
     assert kept, "the cancelled shard's checkpoint was not kept"
 
@@ -227,5 +227,5 @@ def test_cancel_keeps_the_checkpoint_and_rerun_resumes_from_it(store, tmp_path):
         if blob.name.count("/") == 1:
             collect(store, blob.name)
     doc = json.loads(store.read(f"{names.RESULTS}/{job}/s00000.json"))
-    assert doc["status"] == "succeeded" and doc["timings"]["resumed_from"] not in (None, 0), doc["timings"]
-    assert ledger.job(job)["status"] == "succeeded"
+    assert doc.status == "succeeded" and doc["timings"]["resumed_from"] not in (None, 0), doc["timings"]
+    assert ledger.job(job).status == "succeeded"

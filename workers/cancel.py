@@ -27,7 +27,8 @@ class CancelWatch:
         return self.stop.is_set() or self.cancelled.is_set()
 
     def check(self) -> bool:
-        if not self.cancelled.is_set() and (self.ledger.job(self.job_id) or {}).get("status") == CANCELLED:
+        job = None if self.cancelled.is_set() else self.ledger.job(self.job_id)
+        if job is not None and job.status == CANCELLED:
             self.cancelled.set()
         return self.cancelled.is_set()
 

@@ -17,22 +17,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
 from upwell import logs, names, registry
-from upwell.errors import InputRejected
+from upwell.errors import ConfigError, InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.sharding import shard_csv, shard_parquet
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 MAX_NAME = 1024
-WAITING = "waiting"  # a manifest whose data/ blobs have not all arrived yet
 MANIFEST_NAMES = ("job.yaml", "job.yml", "job.json")
 INPUT_FOLDER = "data"  # incoming/<x>/data/... are a manifest's inputs, never jobs themselves
 ERROR_SUFFIX = ".error.json"
@@ -126,9 +125,9 @@ class Ingestor:
                 raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                     field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
             existing = self.ledger.job(job_id)
-            if existing and existing.get("status") not in ("ingesting", WAITING):
-                bound.info("ingest.duplicate", status=existing.get("status"))
-                return Outcome(job_id, "duplicate", int(existing.get("shards_total") or 0))
+            if existing and existing.status not in (JobState.INGESTING, JobState.WAITING):
+                bound.info("ingest.duplicate", status=existing.status.value)
+                return Outcome(job_id, "duplicate", existing.shards_total)
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
@@ -186,18 +185,18 @@ class Ingestor:
         shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
         if waited >= grace:
             i = m.data.index(missing[0])
-            raise InputRejected(f"data blob {self._data_path(job['source_blob'][len(names.INCOMING) + 1:], missing[0])}"
-                                f" does not exist (missing: {shown}; waited {waited:.0f} s, the limit is {grace} s)",
-                                field=f"data[{i}]", limit=f"data_wait_s={grace}")
+            where = self._data_path(job["source_blob"][len(names.INCOMING) + 1:], missing[0])
+            raise InputRejected(f"data blob {where} does not exist (missing: {shown}; waited {waited:.0f} s, "
+                                f"the limit is {grace} s)", field=f"data[{i}]", limit=f"data_wait_s={grace}")
         until = (props.last_modified + timedelta(seconds=grace)).isoformat(timespec="seconds").replace("+00:00", "Z")
         message = (f"waiting for data blobs: {shown} ({len(m.data) - len(missing)} of {len(m.data)} present); "
                    f"gives up at {until}")
-        row = {**job, "status": WAITING, "message": message, "wait_until": until, "shards_total": 0}
-        _, created = self.ledger.create_job(row)
+        row = {**job, "status": JobState.WAITING.value, "message": message, "wait_until": until, "shards_total": 0}
+        _, created = self.ledger.create_job(JobRow.from_entity(row))
         if not created:
             self.ledger.update_job(job["job_id"], message=message, wait_until=until)
         bound.info("ingest.waiting_for_data", missing=len(missing), until=until)
-        return Outcome(job["job_id"], WAITING, message=message)
+        return Outcome(job["job_id"], "waiting", message=message)
 
     def _wake_waiting(self, data_name: str) -> None:
         """A data blob arrived: ingest again each waiting manifest in the folder that holds its data/."""
@@ -208,7 +207,8 @@ class Ingestor:
             if "/" in rest or not is_manifest(blob.name):
                 continue
             etag = blob.etag if str(blob.etag).startswith('"') else f'"{blob.etag}"'
-            if (self.ledger.job(job_id_for(blob.name, etag)) or {}).get("status") == WAITING:
+            found = self.ledger.job(job_id_for(blob.name, etag))
+            if found is not None and found.status == JobState.WAITING:
                 self.ingest(blob.name)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
@@ -319,20 +319,20 @@ class Ingestor:
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        _, created = self.ledger.create_job(job)
+        _, created = self.ledger.create_job(JobRow.from_entity(job))
         if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
             fields = {k: v for k, v in job.items() if k not in ("status", "job_id")}
             self.ledger.update_job(job_id, **fields, message="")
         now = now_iso()
         self.ledger.add_shards(job_id, [
-            {"shard_id": sid, "status": "queued", "attempts": 0, "preemptions": 0, "queued_at": now,
-             "pool": job["pool"], "params": json.dumps(params, sort_keys=True), "input_blob": blob or "",
-             "input_sha256": digest, "result_blob": f"{names.RESULTS}/{job_id}/{sid}.json"}
+            ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
+                     params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                     result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
         for text in texts:
             queue.send_message(text)
-        self.ledger.update_job(job_id, status="accepted", accepted_at=now_iso())
+        self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.name,
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
@@ -353,15 +353,13 @@ class Ingestor:
             pass  # already moved by an earlier delivery
         self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
                            content_type="application/json")
-        self.ledger.create_job({"job_id": job_id, "name": name[:200], "status": "rejected", "message": exc.message,
-                                "error_field": exc.field, "error_row": exc.row,
-                                "source_blob": f"incoming/{name}"[:1000],
-                                "quarantine_blob": f"{names.QUARANTINE}/{safe}", "created_at": now_iso(),
-                                "shards_total": 0, "shards_done": 0, "shards_failed": 0})
-        self.ledger.update_job(job_id, status="rejected", message=exc.message)
+        self.ledger.create_job(JobRow(job_id=job_id, name=name[:200], status=JobState.REJECTED, message=exc.message,
+                                      error_field=exc.field, error_row=exc.row, source_blob=f"incoming/{name}"[:1000],
+                                      quarantine_blob=f"{names.QUARANTINE}/{safe}", created_at=now_iso()))
+        self.ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message)
         try:
             src.delete_blob(etag=etag, match_condition=_if_match())
-        except Exception as err:  # noqa: BLE001 - a newer upload under the same name stays
+        except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
 
 
@@ -371,13 +369,13 @@ def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None 
     ledger = ledger or Ledger(storage)
     ingestor = Ingestor(storage, settings, ledger)
     seen = []
-    for job in ledger.jobs(WAITING):
-        source = str(job.get("source_blob") or "")
+    for job in ledger.jobs(JobState.WAITING):
+        source = job.source_blob
         out = ingestor.ingest(source[len(names.INCOMING) + 1:]) if source.startswith(f"{names.INCOMING}/") else None
         if out is None or out.status == "skipped":
-            ledger.update_job(job["PartitionKey"], status="rejected", message="the manifest was removed while it "
-                              "waited for its data")
-        seen.append(job["PartitionKey"])
+            ledger.update_job(job.job_id, status=JobState.REJECTED,
+                              message="the manifest was removed while it waited for its data")
+        seen.append(job.job_id)
     return seen
 
 
@@ -424,5 +422,5 @@ def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
         from upwell import cost
 
         return float(cost.estimate(node_seconds, price_key, spot))
-    except Exception:  # noqa: BLE001 - an unknown price key estimates as 0 and says so in the report
+    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
         return 0.0

@@ -17,13 +17,13 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from upwell import logs, names
 from upwell.errors import DecodeError, UpwellError
-from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, Ledger
+from upwell.ledger import JobState, Ledger, ShardState
 from upwell.messages import decode
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.lifecycle.cancel")
-IN_PROGRESS = ("running",)
+IN_PROGRESS = (ShardState.RUNNING,)
 
 
 @dataclass(frozen=True)
@@ -40,16 +40,16 @@ def cancel_job(storage: Storage, job_id: str, *, wait_s: float = 60.0, ledger: L
     job = ledger.job(job_id)
     if job is None:
         raise UpwellError(f"no such job {job_id}")
-    if job.get("status") in TERMINAL_JOB:
-        raise UpwellError(f"job {job_id} has already finished ({job.get('status')}); nothing to cancel")
-    ledger.change_job(job_id, lambda row: None if row.get("status") in (*TERMINAL_JOB, "cancelled") else
-                      {"status": "cancelled", "cancelled_at": now_iso(), "status_before_cancel": row.get("status"),
-                       "message": f"cancelled at {now_iso()}"})
+    if job.terminal:
+        raise UpwellError(f"job {job_id} has already finished ({job.status.value}); nothing to cancel")
+    ledger.change_job(job_id, lambda row: None if row.terminal or row.status == JobState.CANCELLED else
+                      {"status": JobState.CANCELLED, "cancelled_at": now_iso(),
+                       "status_before_cancel": row.status.value, "message": f"cancelled at {now_iso()}"})
     shards = ledger.shards(job_id)
-    running = [s["RowKey"] for s in shards if s.get("status") in IN_PROGRESS]
-    queued = sum(ledger.shard_cancelled(job_id, s["RowKey"]) for s in shards
-                 if s.get("status") not in TERMINAL_SHARD and s.get("status") not in IN_PROGRESS)
-    drained = drain_messages(storage, ledger, job.get("pool") or "", job_id) if job.get("pool") else 0
+    running = [s.shard_id for s in shards if s.status in IN_PROGRESS]
+    queued = sum(ledger.shard_cancelled(job_id, s.shard_id) for s in shards
+                 if not s.terminal and s.status not in IN_PROGRESS)
+    drained = drain_messages(storage, ledger, job.pool, job_id) if job.pool else 0
     still = _wait_stopped(ledger, job_id, running, wait_s)
     log.info("cancel.done", job_id=job_id, queued=queued, drained=drained, running=len(running),
              still_running=len(still))
@@ -60,7 +60,7 @@ def _wait_stopped(ledger: Ledger, job_id: str, running: list[str], wait_s: float
     deadline = time.monotonic() + wait_s
     left = list(running)
     while left:
-        left = [sid for sid in left if ((ledger.shard(job_id, sid) or {}).get("status") in IN_PROGRESS)]
+        left = [sid for sid in left if (row := ledger.shard(job_id, sid)) is not None and row.status in IN_PROGRESS]
         if not left or time.monotonic() >= deadline:
             break
         time.sleep(0.5)

@@ -18,12 +18,12 @@ from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
 from upwell import logs, names
 from upwell.errors import UpwellError
 from upwell.ingest.ingestor import ERROR_SUFFIX
-from upwell.ledger import TERMINAL_JOB, Ledger
+from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger
 from upwell.storage import Storage, split_path
 from upwell.timeutil import parse_iso
 
 log = logs.get("upwell.lifecycle.cleanup")
-ENDED_JOB = (*TERMINAL_JOB, "cancelled")
+ENDED_JOB = (*TERMINAL_JOB, JobState.CANCELLED)
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -60,9 +60,9 @@ def delete_job(storage: Storage, job_id: str, *, force: bool = False, ledger: Le
     job = ledger.job(job_id)
     if job is None:
         raise UpwellError(f"no such job {job_id}")
-    if job.get("status") not in ENDED_JOB:
+    if job.status not in ENDED_JOB:
         if not force:
-            raise UpwellError(f"job {job_id} is {job.get('status')}; `upwell cancel` it first, "
+            raise UpwellError(f"job {job_id} is {job.status.value}; `upwell cancel` it first, "
                               "or delete with --force (which cancels it)")
         from upwell.lifecycle.cancel import cancel_job
 
@@ -70,7 +70,7 @@ def delete_job(storage: Storage, job_id: str, *, force: bool = False, ledger: Le
     blobs = sum(delete_prefix(storage, c, f"{job_id}/")
                 for c in (names.SHARDS, names.CHECKPOINTS, names.RESULTS, names.REPORTS))
     blobs += _delete_upload(storage, job)
-    for path in filter(None, [job.get("quarantine_blob")]):
+    for path in filter(None, [job.quarantine_blob]):
         for p in (path, f"{path}{ERROR_SUFFIX}"):
             container, name = split_path(p)
             blobs += delete_prefix(storage, container, name, exact=True)
@@ -79,8 +79,8 @@ def delete_job(storage: Storage, job_id: str, *, force: bool = False, ledger: Le
     return Deleted(job_id, blobs, rows)
 
 
-def _delete_upload(storage: Storage, job: dict) -> int:
-    source, etag = job.get("source_blob") or "", job.get("source_etag") or ""
+def _delete_upload(storage: Storage, job: JobRow) -> int:
+    source, etag = job.source_blob, job.source_etag
     if not source.startswith(f"{names.INCOMING}/") or not etag:
         return 0
     container, name = split_path(source)
@@ -92,16 +92,16 @@ def _delete_upload(storage: Storage, job: dict) -> int:
 
 
 def prune_candidates(storage: Storage, older_than: timedelta, *, now: datetime | None = None,
-                     ledger: Ledger | None = None) -> list[dict]:
+                     ledger: Ledger | None = None) -> list[JobRow]:
     """Ended jobs whose end (or creation, if no end was recorded) is older than ``older_than``."""
     ledger = ledger or Ledger(storage)
     cutoff = (now or datetime.now(UTC)) - older_than
     out = []
     for row in ledger.jobs(*ENDED_JOB):
-        when = parse_iso(row.get("finished_at") or row.get("cancelled_at") or row.get("created_at"))
+        when = parse_iso(row.finished_at or row.cancelled_at or row.created_at)
         if when is not None and when < cutoff:
             out.append(row)
-    return sorted(out, key=lambda r: r.get("created_at") or "")
+    return sorted(out, key=lambda r: r.created_at)
 
 
 def prune(storage: Storage, older_than: timedelta, *, dry_run: bool = False, now: datetime | None = None,
@@ -109,5 +109,5 @@ def prune(storage: Storage, older_than: timedelta, *, dry_run: bool = False, now
     ledger = ledger or Ledger(storage)
     rows = prune_candidates(storage, older_than, now=now, ledger=ledger)
     if dry_run:
-        return [Deleted(r["PartitionKey"], 0, 0) for r in rows]
-    return [delete_job(storage, r["PartitionKey"], ledger=ledger) for r in rows]
+        return [Deleted(r.job_id, 0, 0) for r in rows]
+    return [delete_job(storage, r.job_id, ledger=ledger) for r in rows]

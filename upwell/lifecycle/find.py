@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from upwell import names
 from upwell.errors import UpwellError
 from upwell.ingest.ingestor import MANIFEST_NAMES, job_id_for
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, Ledger
 from upwell.storage import Storage
 
 
@@ -22,7 +22,7 @@ class NoSuchJob(UpwellError):
 @dataclass(frozen=True)
 class Found:
     job_id: str
-    row: dict
+    row: JobRow
     note: str = ""  # e.g. "newest of 3 jobs uploaded to demo/logistic"
 
 
@@ -45,21 +45,21 @@ def find_job(storage: Storage, text: str, ledger: Ledger | None = None) -> Found
     if row is not None:
         return Found(text, row)
     rows = list(ledger.jobs())
-    by_prefix = [r for r in rows if r["PartitionKey"].startswith(text)]
+    by_prefix = [r for r in rows if r.job_id.startswith(text)]
     if len(by_prefix) == 1:
-        return Found(by_prefix[0]["PartitionKey"], by_prefix[0])
+        return Found(by_prefix[0].job_id, by_prefix[0])
     if len(by_prefix) > 1:
-        ids = ", ".join(sorted(r["PartitionKey"] for r in by_prefix)[:10])
+        ids = ", ".join(sorted(r.job_id for r in by_prefix)[:10])
         raise NoSuchJob(f"{text!r} is the start of {len(by_prefix)} job ids ({ids}); give more of it")
     paths = _paths(text)
-    matches = [r for r in rows if r.get("source_blob") in paths or r.get("name") == text]
+    matches = [r for r in rows if r.source_blob in paths or r.name == text]
     if not matches:
         raise NoSuchJob(f"no such job: {text!r} is not a job id, job name or upload path "
                         "(`upwell status` lists the jobs)")
-    matches.sort(key=lambda r: r.get("created_at") or "", reverse=True)
+    matches.sort(key=lambda r: r.created_at, reverse=True)
     note = f"newest of {len(matches)} jobs for {text!r}; the others: " + \
-        ", ".join(r["PartitionKey"] for r in matches[1:5]) if len(matches) > 1 else ""
-    return Found(matches[0]["PartitionKey"], matches[0], note)
+        ", ".join(r.job_id for r in matches[1:5]) if len(matches) > 1 else ""
+    return Found(matches[0].job_id, matches[0], note)
 
 
 def pending_upload(storage: Storage, job_id: str) -> str | None:

@@ -9,23 +9,20 @@ afresh. The job is reported again when its last shard ends.
 
 from __future__ import annotations
 
-import json
-
 from upwell import logs, names
 from upwell.errors import UpwellError
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.lifecycle.rerun")
-ENDED = ("succeeded", "failed", "cancelled")
 
 
-def choose(shards: list[dict], *, failed: bool = False, shard_ids: list[str] | None = None,
-           everything: bool = False) -> list[dict]:
+def choose(shards: list[ShardRow], *, failed: bool = False, shard_ids: list[str] | None = None,
+           everything: bool = False) -> list[ShardRow]:
     """Which shard rows a re-run takes: named ones; else the failed ones; else all; else every one not succeeded."""
-    by_id = {s["RowKey"]: s for s in shards}
+    by_id = {s.shard_id: s for s in shards}
     if shard_ids:
         unknown = [s for s in shard_ids if s not in by_id]
         if unknown:
@@ -33,16 +30,16 @@ def choose(shards: list[dict], *, failed: bool = False, shard_ids: list[str] | N
                               f"{' ...' if len(by_id) > 8 else ''})")
         chosen = [by_id[s] for s in dict.fromkeys(shard_ids)]
     elif failed:
-        chosen = [s for s in shards if s.get("status") == "failed"]
+        chosen = [s for s in shards if s.status == ShardState.FAILED]
     elif everything:
         chosen = list(shards)
     else:
-        chosen = [s for s in shards if s.get("status") != "succeeded"]
-    busy = [s["RowKey"] for s in chosen if s.get("status") not in ENDED]
+        chosen = [s for s in shards if s.status != ShardState.SUCCEEDED]
+    busy = [s.shard_id for s in chosen if not s.terminal]
     if busy:
         raise UpwellError(f"shard(s) {', '.join(busy[:8])} have not ended yet (queued or running); "
                           "wait for them, or `upwell cancel` the job first")
-    return sorted(chosen, key=lambda s: s["RowKey"])
+    return sorted(chosen, key=lambda s: s.shard_id)
 
 
 def rerun_job(storage: Storage, job_id: str, *, failed: bool = False, shard_ids: list[str] | None = None,
@@ -52,42 +49,38 @@ def rerun_job(storage: Storage, job_id: str, *, failed: bool = False, shard_ids:
     job = ledger.job(job_id)
     if job is None:
         raise UpwellError(f"no such job {job_id}")
-    if job.get("status") in ("rejected", "ingesting", "waiting"):
-        raise UpwellError(f"job {job_id} is {job['status']}: it has no shards to re-run (upload it again)")
+    if job.status in (JobState.REJECTED, JobState.INGESTING, JobState.WAITING):
+        raise UpwellError(f"job {job_id} is {job.status.value}: it has no shards to re-run (upload it again)")
     chosen = choose(ledger.shards(job_id), failed=failed, shard_ids=shard_ids, everything=everything)
     if not chosen:
         return []
     items = [_item(job, s) for s in chosen]
     texts = [encode(i) for i in items]
-    reopened: dict[str, str] = {}
+    reopened: dict[str, ShardState] = {}
     for shard in chosen:
-        _forget_result(storage, job_id, shard["RowKey"], keep_checkpoint=shard.get("status") == "cancelled")
-        was = ledger.reopen_shard(job_id, shard["RowKey"])
+        _forget_result(storage, job_id, shard.shard_id, keep_checkpoint=shard.status == ShardState.CANCELLED)
+        was = ledger.reopen_shard(job_id, shard.shard_id)
         if was:
-            reopened[shard["RowKey"]] = was
-    done = sum(1 for w in reopened.values() if w == "succeeded")
-    failed_n = sum(1 for w in reopened.values() if w == "failed")
+            reopened[shard.shard_id] = was
+    done = sum(1 for w in reopened.values() if w == ShardState.SUCCEEDED)
+    failed_n = sum(1 for w in reopened.values() if w == ShardState.FAILED)
     ledger.change_job(job_id, lambda row: {
-        "status": "accepted", "reported": False, "report_claimed": 0, "finished_at": "",
-        "shards_done": max(0, int(row.get("shards_done") or 0) - done),
-        "shards_failed": max(0, int(row.get("shards_failed") or 0) - failed_n),
-        "reruns": int(row.get("reruns") or 0) + 1,
-        "message": f"re-run of {len(reopened)} shard(s) at {now_iso()}"})
-    queue = storage.queue(names.work_queue(job["pool"]))
+        "status": JobState.ACCEPTED, "reported": False, "report_claimed": 0.0, "finished_at": "",
+        "shards_done": max(0, row.shards_done - done), "shards_failed": max(0, row.shards_failed - failed_n),
+        "reruns": row.reruns + 1, "message": f"re-run of {len(reopened)} shard(s) at {now_iso()}"})
+    queue = names.work_queue(job.pool)
     for item, text in zip(items, texts, strict=True):
         if item.shard_id in reopened:
-            queue.send_message(text)
+            storage.send(queue, text)
     log.info("rerun.queued", job_id=job_id, shards=len(reopened))
     return sorted(reopened)
 
 
-def _item(job: dict, shard: dict) -> WorkItem:
-    job_id, sid = job["PartitionKey"], shard["RowKey"]
-    return WorkItem(job_id=job_id, shard_id=sid, payload=job["payload"], pool=job["pool"],
-                    params=json.loads(shard.get("params") or "{}"), input_blob=shard.get("input_blob") or None,
-                    checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
-                    result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=int(job.get("ranks") or 1),
-                    gpus=int(job.get("gpus") or 0))
+def _item(job: JobRow, shard: ShardRow) -> WorkItem:
+    job_id, sid = job.job_id, shard.shard_id
+    return WorkItem(job_id=job_id, shard_id=sid, payload=job.payload, pool=job.pool, params=shard.parameters(),
+                    input_blob=shard.input_blob or None, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
+                    result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=job.ranks or 1, gpus=job.gpus)
 
 
 def _forget_result(storage: Storage, job_id: str, shard_id: str, *, keep_checkpoint: bool) -> None:
