@@ -227,5 +227,5 @@ def test_cancel_keeps_the_checkpoint_and_rerun_resumes_from_it(store, tmp_path):
         if blob.name.count("/") == 1:
             collect(store, blob.name)
     doc = json.loads(store.read(f"{names.RESULTS}/{job}/s00000.json"))
-    assert doc.status == "succeeded" and doc["timings"]["resumed_from"] not in (None, 0), doc["timings"]
+    assert doc["status"] == "succeeded" and doc["timings"]["resumed_from"] not in (None, 0), doc["timings"]
     assert ledger.job(job).status == "succeeded"
