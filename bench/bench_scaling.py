@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from upwell import scaling
+from upwell.scale import policy as scaling
 from upwell.scale import simulate as sim
 from upwell.scale.pools.base import PoolSpec
 

@@ -98,6 +98,8 @@ class Settings:
     max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES
     max_concurrency: int = 0  # UPWELL_MAX_CONCURRENCY: running shards per job, 0 = no cap
     image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
+    # Registries a pushed payload definition's image may come from (host names; '*' patterns allowed).
+    registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
@@ -121,6 +123,9 @@ class Settings:
                 kw[name] = env[var]
         if env.get("UPWELL_IMAGE_ALLOWLIST"):
             kw["image_allowlist"] = tuple(s.strip() for s in env["UPWELL_IMAGE_ALLOWLIST"].split(",") if s.strip())
+        if env.get("UPWELL_REGISTRY_ALLOWLIST"):
+            kw["registry_allowlist"] = tuple(s.strip() for s in env["UPWELL_REGISTRY_ALLOWLIST"].split(",")
+                                             if s.strip())
         return cls(**kw)
 
 

@@ -35,6 +35,7 @@ from upwell.errors import DecodeError, UpwellError
 from upwell.lease import Lease
 from upwell.ledger import JobRow, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
+from upwell.payloads.registry import Registry
 from upwell.settings import Settings, env_bool, env_float, env_int
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
@@ -96,6 +97,7 @@ class Agent:
         self.config = config
         self.settings = settings or Settings.from_env()
         self.ledger = Ledger(storage)
+        self.definitions = Registry(storage, self.settings.registry_allowlist)
         self.queue_name = names.work_queue(config.pool)
         self.poison_name = names.poison_queue(self.queue_name)
         self.queue = storage.queue(self.queue_name)
@@ -217,7 +219,8 @@ class Agent:
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             watch = CancelWatch(self.ledger, item.job_id, self.stop)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                 stop=watch, on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None)
+                                 stop=watch, on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
+                                 definitions=self.definitions)
             self._keep_log(item, result)
             if watch.cancelled.is_set() and result.status != "succeeded":
                 return self._cancelled(hand, checkpoint=result.checkpoint_dir)

@@ -71,24 +71,27 @@ def check(storage: Storage | None, paths: list[Path], prefix: str = "", settings
 
 
 def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, Path], settings) -> Plan:
-    from upwell import registry
     from upwell.errors import InputRejected
     from upwell.ingest import manifests
-    from upwell.ingest.ingestor import estimate_job
+    from upwell.ingest.ingestor import Ingestor, estimate_job
 
-    m = manifests.load_manifest(local.read_bytes(), f"{names.INCOMING}/{name}")
-    spec = registry.get(m.payload)
-    pool = m.pool or spec.pool
+    definitions = Ingestor(storage, settings).definitions if storage is not None else None
+    m = manifests.load_manifest(local.read_bytes(), f"{names.INCOMING}/{name}",
+                                definitions.names() if definitions else None)
+    spec = definitions.resolve(m.payload) if definitions else None
+    definition = spec.definition if spec else None
+    pool = m.pool or (definition.pool if definition else "cpu")
     if pool not in settings.pools:
         raise InputRejected(f"incoming/{name}: pool {pool!r} is not configured; pools: {sorted(settings.pools)}",
                             field="pool")
     if m.image and m.image not in settings.image_allowlist:
         raise InputRejected(f"incoming/{name}: image {m.image!r} is not on the allowlist", field="image")
     if m.data:
-        manifests.grid_points(m.model_copy(update={"grid": {}}), settings.max_shards, settings.max_param_bytes)
+        manifests.grid_points(m.model_copy(update={"grid": {}}), settings.max_shards, settings.max_param_bytes,
+                              definition)
         shards = _data_shards(storage, name, m, uploading, settings)
     else:
-        shards = len(manifests.grid_points(m, settings.max_shards, settings.max_param_bytes))
+        shards = len(manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition))
     price_key = settings.pools[pool].price_key
     ns, usd = estimate_job(m.estimate.node_seconds_per_shard, shards or 0, m.resources.ranks, price_key, m.spot)
     if shards and m.budget_usd is not None and usd > m.budget_usd:

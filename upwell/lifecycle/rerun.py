@@ -79,6 +79,7 @@ def rerun_job(storage: Storage, job_id: str, *, failed: bool = False, shard_ids:
 def _item(job: JobRow, shard: ShardRow) -> WorkItem:
     job_id, sid = job.job_id, shard.shard_id
     return WorkItem(job_id=job_id, shard_id=sid, payload=job.payload, pool=job.pool, params=shard.parameters(),
+                    payload_version=job.payload_version, payload_sha256=job.payload_sha256,
                     input_blob=shard.input_blob or None, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                     result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=job.ranks or 1, gpus=job.gpus)
 
