@@ -265,3 +265,11 @@ def test_parse_rest_jobs_like_squeue():
     ]}
     assert [(j.job_id, j.state, j.nodes, j.reason) for j in build.parse_rest_jobs(doc, spec())] == [
         ("21", "RUNNING", "n1", ""), ("22", "PENDING", "", "Priority")]
+
+
+def test_a_missing_slurm_says_how_to_install_it(monkeypatch):
+    from upwell.local.slurm import SlurmUnavailable, find
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SlurmUnavailable, match=r"make slurm.*apt-get install -y slurm-wlm slurmrestd"):
+        find("sbatch-that-is-not-there")
