@@ -241,3 +241,40 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
     pool.scale_to(0)
     _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the agents to drain", lambda: str(pool.jobs()))
     assert {j.state for j in pool.jobs()} == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed
+
+
+def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_path):
+    """A job in the higher-tier partition preempts the agent (PreemptMode=CANCEL, GraceTime): Slurm's
+    SIGTERM reaches the agent and the ranks, the shard checkpoints, and the next agent resumes."""
+    job_id = _ingest(store, "slurm/preempt/job.yaml", b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
+                     b"params: {nx: 128, t_end: 0.03, checkpoint_every: 100}\ngrid: {alpha: [0.5]}\n")
+    ledger = Ledger(store)
+    pool = _pool(store, tmp_path, name="mpi", cpus_per_task=2)
+    pool.scale_to(1)
+    _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180,
+          "the payload's first checkpoint", lambda: _job_logs(tmp_path))
+    # Every CPU of both nodes, in the partition that preempts ours.
+    urgent = slurm.run("sbatch", "--parsable", "--partition=urgent", "--nodes=2", "--ntasks=2",
+                       "--cpus-per-task=2", f"--output={tmp_path}/urgent-%j.out", "--wrap=sleep 1").strip()
+    _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "preempted", 60,
+          "the preemption", lambda: f"{pool.jobs()}\n{_job_logs(tmp_path)}")
+    # The agent checkpointed and exited 0 inside GraceTime, so Slurm records COMPLETED, not PREEMPTED
+    # (that state is left for a job the grace ran out on); the ledger holds the preemption.
+    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the preempted agent to leave",
+          lambda: str(pool.jobs()))
+    assert {j.state for j in pool.jobs()} == {"COMPLETED"}, pool.jobs()
+    logs = _job_logs(tmp_path)
+    assert "agent.preempted" in logs and "agent.stopped_payload_died" not in logs, logs
+    assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"
+    _wait(lambda: "COMPLETED" in slurm.run("scontrol", "show", "job", urgent.split(";")[0], check=False)
+          or not slurm.run("squeue", "--noheader", f"--jobs={urgent}", check=False).strip(), 60, "the urgent job")
+
+    pool.scale_to(1)
+    result = _wait(lambda: store.exists(f"results/{job_id}/s00000.json")
+                   and json.loads(store.read(f"results/{job_id}/s00000.json")), 240, "the resumed result",
+                   lambda: _job_logs(tmp_path))
+    assert result["status"] == "succeeded", result.get("error")
+    assert result["metrics"]["resumed_from_step"] > 0 and result["timings"]["preemptions"] == 1
+    shard = ledger.shard(job_id, "s00000")
+    assert int(shard["preemptions"]) == 1 and not shard.get("failures")
+    pool.scale_to(0)
