@@ -21,11 +21,15 @@ to drain (so that a second scale run does not count them twice).
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
@@ -97,11 +101,7 @@ class RestDriver:
         self.url, self.user, self.token_env, self.timeout_s = url, user, token_env, timeout_s
         self.env = env
 
-    def _connection(self):
-        import http.client
-        import socket
-        from urllib.parse import urlsplit
-
+    def _connection(self) -> http.client.HTTPConnection:
         if self.url.startswith("unix:"):
             path, timeout = self.url[len("unix:"):], self.timeout_s
 
@@ -117,8 +117,6 @@ class RestDriver:
         return cls(parts.hostname, parts.port, timeout=self.timeout_s)
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        import os
-
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         env = self.env if self.env is not None else os.environ
         if self.user:
@@ -322,8 +320,6 @@ class SlurmPool(WorkerPool):
 
     def _rest_env(self, spot: bool) -> dict[str, str]:
         """What sbatch would have exported for the agent: PATH, the storage settings, the agent's own."""
-        import os
-
         source = self.env if self.env is not None else os.environ
         env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
         env.update({k: v for k, v in source.items() if k == names.CONNECTION
