@@ -30,11 +30,11 @@ def spec(name="cpu", backend="batch", share=0.0, **options) -> PoolSpec:
 # --- registry ------------------------------------------------------------------------
 
 def test_pools_registry_is_a_plain_dict_resolved_lazily():
-    assert set(POOLS) == {"local", "batch", "vmss", "aci"}
+    assert set(POOLS) == {"local", "batch", "vmss", "aci", "slurm"}
     assert all(":" in v for v in POOLS.values())
     assert backend_class("vmss").__name__ == "VmssPool"
     with pytest.raises(ConfigError, match="not known"):
-        make_pool(PoolSpec("x", backend="slurm"))
+        make_pool(PoolSpec("x", backend="pbs"))
 
 
 def test_importing_pools_does_not_import_azure_sdks():
