@@ -202,7 +202,7 @@ def test_scale_in_cancels_pending_then_drains_idle_and_never_touches_busy():
     pool = SlurmPool(spec(), client=fake, busy_nodes=lambda pool: {"slurm-mpi-2"})
     status = pool.status()
     assert status.alive == 4 and status.idle == 2 and status.count(NodeState.RUNNING) == 1
-    assert "slurm-5" not in status.nodes
+    assert "slurm-mpi-5" not in status.nodes and status.nodes["slurm-mpi-2"] is NodeState.RUNNING
     pool.scale_to(0)
     assert ["scancel", "4"] in fake.calls
     assert ["scancel", "--signal=USR1", "3", "1"] in fake.calls

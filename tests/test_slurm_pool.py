@@ -121,12 +121,12 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
                    lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
     busy_node = (ledger.shard(job_id, "s00000") or {})["node"]
     busy_job = busy_node.rsplit("-", 1)[1]
-    idle_job = next(n.split("-")[1] for n, st in status.nodes.items() if st is NodeState.IDLE)
+    idle_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.IDLE)
     _wait(lambda: (tmp_path / "state" / "cpu" / f"{idle_job}.json").exists(), 60, "the idle agent to be up")
 
     pool.scale_to(0)
     after = pool.status()
-    assert after.nodes[f"slurm-{busy_job}"] is NodeState.RUNNING
+    assert after.nodes[busy_node] is NodeState.RUNNING
     assert after.alive == 1, after
     squeue = {j.job_id: j.state for j in pool.jobs()}
     assert squeue[busy_job] == "RUNNING"
@@ -134,7 +134,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     _wait(lambda: [j.job_id for j in pool.jobs() if j.state not in FINISHED] == [busy_job], 60,
           "the idle and pending jobs to go", lambda: str(pool.jobs()))
     ended = {j.job_id: j.state for j in pool.jobs()}
-    pending_job = next(n.split("-")[1] for n, st in status.nodes.items() if st is NodeState.PENDING)
+    pending_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.PENDING)
     assert ended[pending_job] == "CANCELLED" and ended[idle_job] == "COMPLETED", ended  # drained, not killed
     assert ended[busy_job] == "RUNNING"
 
@@ -227,8 +227,9 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
     job_id = _ingest(store, "slurm/rest/job.yaml", b"payload: logistic\npool: cpu\n"
                      b"params: {steps: 200, burn_in: 50, sleep_s: 1}\ngrid: {r: [3.2, 3.6]}\n")
     pool = _pool(store, tmp_path, slurmrestd=url, cpus_per_task=2)
+    before = {j.job_id for j in pool.jobs()}  # Slurm still lists earlier tests' jobs for MinJobAge
     pool.scale_to(2)
-    jobs = pool.jobs()
+    jobs = [j for j in pool.jobs() if j.job_id not in before]
     assert len(jobs) == 2 and {j.state for j in jobs} <= {"PENDING", "CONFIGURING", "RUNNING"}, jobs
     shown = slurm.run("scontrol", "show", "job", jobs[0].job_id)
     assert "JobName=upwell-cpu" in shown and "Comment=upwell-pool=cpu" in shown and "CPUs/Task=2" in shown
@@ -240,7 +241,8 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
     _wait(lambda: pool.status().idle == 2, 60, "both agents idle", lambda: str(pool.status()))
     pool.scale_to(0)
     _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the agents to drain", lambda: str(pool.jobs()))
-    assert {j.state for j in pool.jobs()} == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed
+    ended = {j.state for j in pool.jobs() if j.job_id not in before}
+    assert ended == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed
 
 
 def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_path):
@@ -250,6 +252,7 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
                      b"params: {nx: 128, t_end: 0.03, checkpoint_every: 100}\ngrid: {alpha: [0.5]}\n")
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, name="mpi", cpus_per_task=2)
+    before = {j.job_id for j in pool.jobs()}  # Slurm still lists earlier tests' jobs for MinJobAge
     pool.scale_to(1)
     _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180,
           "the payload's first checkpoint", lambda: _job_logs(tmp_path))
@@ -262,7 +265,7 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
     # (that state is left for a job the grace ran out on); the ledger holds the preemption.
     _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the preempted agent to leave",
           lambda: str(pool.jobs()))
-    assert {j.state for j in pool.jobs()} == {"COMPLETED"}, pool.jobs()
+    assert {j.state for j in pool.jobs() if j.job_id not in before} == {"COMPLETED"}, pool.jobs()
     logs = _job_logs(tmp_path)
     assert "agent.preempted" in logs and "agent.stopped_payload_died" not in logs, logs
     assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"

@@ -263,8 +263,9 @@ class SlurmPool(WorkerPool):
                         or (j.state == "NODE_FAIL" and build.is_spot(self.spec, j.partition)))
         pending = [j for j in alive if nodes[j.job_id] is NodeState.PENDING and j.reason not in _ROUTINE]
         message = f"{len(pending)} agent job(s) pending: {pending[0].reason}" if pending else ""
-        return PoolStatus(self.spec.name, target=len(alive), nodes={f"slurm-{j.job_id}": nodes[j.job_id] for j in jobs},
-                          spot=spot, dedicated=len(alive) - spot, preempted=preempted, message=message)
+        by_node = {build.node_id(self.spec.name, j.job_id): nodes[j.job_id] for j in jobs}  # the agents' node ids
+        return PoolStatus(self.spec.name, target=len(alive), nodes=by_node, spot=spot, dedicated=len(alive) - spot,
+                          preempted=preempted, message=message)
 
     # -- action ----------------------------------------------------------------------
     def scale_to(self, n: int, *, spot: int | None = None) -> None:
