@@ -77,7 +77,16 @@ def _pool(store: Storage, tmp_path: Path, name: str = "cpu", **options) -> Slurm
                              **options})
     pool = make_pool(spec, busy_nodes=lambda p: {r["node"] for r in ledger.running(p) if r.get("node")})
     assert isinstance(pool, SlurmPool)
+    _EARLIER[id(pool)] = {j.job_id for j in pool.jobs()}
     return pool
+
+
+_EARLIER: dict[int, set[str]] = {}  # per pool object: jobs Slurm still lists from earlier tests (MinJobAge)
+
+
+def _ours(pool: SlurmPool) -> list:
+    """The pool's jobs that this test submitted."""
+    return [j for j in pool.jobs() if j.job_id not in _EARLIER[id(pool)]]
 
 
 def _ingest(store: Storage, name: str, manifest: bytes) -> str:
@@ -131,7 +140,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     squeue = {j.job_id: j.state for j in pool.jobs()}
     assert squeue[busy_job] == "RUNNING"
     # The pending job is cancelled and the idle agent drains; the busy one is left alone.
-    _wait(lambda: [j.job_id for j in pool.jobs() if j.state not in FINISHED] == [busy_job], 60,
+    _wait(lambda: [j.job_id for j in _ours(pool) if j.state not in FINISHED] == [busy_job], 60,
           "the idle and pending jobs to go", lambda: str(pool.jobs()))
     ended = {j.job_id: j.state for j in pool.jobs()}
     pending_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.PENDING)
@@ -146,7 +155,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     assert not shard.get("preemptions") and not shard.get("failures") and int(shard["attempts"]) == 1
     pool.scale_to(0)  # now idle: it drains too, and the pool is empty
     assert pool.status().alive == 0
-    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the last agent to drain",
+    _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the last agent to drain",
           lambda: str(pool.jobs()))
     assert {j.job_id: j.state for j in pool.jobs()}[busy_job] == "COMPLETED"
 
@@ -159,7 +168,7 @@ def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slur
     pool.scale_to(1)
     _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180,
           "the payload's first checkpoint", lambda: _job_logs(tmp_path))
-    (slurm_job,) = [j.job_id for j in pool.jobs() if j.state == "RUNNING"]
+    (slurm_job,) = [j.job_id for j in _ours(pool) if j.state == "RUNNING"]
     slurm.run("scancel", "--signal=TERM", slurm_job)  # Slurm signals the job's steps: the agent
     _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "preempted", 60,
           "the preemption", lambda: _job_logs(tmp_path))
@@ -203,7 +212,7 @@ def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # the scaler's loop: keep two agents asked for
             status = pool.status()
-            seen |= set(status.nodes.values())
+            seen |= {st for n, st in status.nodes.items() if n.rsplit("-", 1)[1] not in _EARLIER[id(pool)]}
             if len([r for r in store.list(names.RESULTS, f"{job_id}/") if r.name.count("/") == 1]) == 4:
                 break
             if slurm.node_states().get(victim, "").startswith("down") and NodeState.FAILED in seen:
@@ -227,9 +236,8 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
     job_id = _ingest(store, "slurm/rest/job.yaml", b"payload: logistic\npool: cpu\n"
                      b"params: {steps: 200, burn_in: 50, sleep_s: 1}\ngrid: {r: [3.2, 3.6]}\n")
     pool = _pool(store, tmp_path, slurmrestd=url, cpus_per_task=2)
-    before = {j.job_id for j in pool.jobs()}  # Slurm still lists earlier tests' jobs for MinJobAge
     pool.scale_to(2)
-    jobs = [j for j in pool.jobs() if j.job_id not in before]
+    jobs = _ours(pool)
     assert len(jobs) == 2 and {j.state for j in jobs} <= {"PENDING", "CONFIGURING", "RUNNING"}, jobs
     shown = slurm.run("scontrol", "show", "job", jobs[0].job_id)
     assert "JobName=upwell-cpu" in shown and "Comment=upwell-pool=cpu" in shown and "CPUs/Task=2" in shown
@@ -240,8 +248,8 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
     assert {r["node"]["id"] for r in results} <= {f"slurm-cpu-{j.job_id}" for j in jobs}
     _wait(lambda: pool.status().idle == 2, 60, "both agents idle", lambda: str(pool.status()))
     pool.scale_to(0)
-    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the agents to drain", lambda: str(pool.jobs()))
-    ended = {j.state for j in pool.jobs() if j.job_id not in before}
+    _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the agents to drain", lambda: str(pool.jobs()))
+    ended = {j.state for j in _ours(pool)}
     assert ended == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed
 
 
@@ -252,7 +260,6 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
                      b"params: {nx: 128, t_end: 0.03, checkpoint_every: 100}\ngrid: {alpha: [0.5]}\n")
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, name="mpi", cpus_per_task=2)
-    before = {j.job_id for j in pool.jobs()}  # Slurm still lists earlier tests' jobs for MinJobAge
     pool.scale_to(1)
     _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180,
           "the payload's first checkpoint", lambda: _job_logs(tmp_path))
@@ -263,9 +270,9 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
           "the preemption", lambda: f"{pool.jobs()}\n{_job_logs(tmp_path)}")
     # The agent checkpointed and exited 0 inside GraceTime, so Slurm records COMPLETED, not PREEMPTED
     # (that state is left for a job the grace ran out on); the ledger holds the preemption.
-    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the preempted agent to leave",
+    _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the preempted agent to leave",
           lambda: str(pool.jobs()))
-    assert {j.state for j in pool.jobs() if j.job_id not in before} == {"COMPLETED"}, pool.jobs()
+    assert {j.state for j in _ours(pool)} == {"COMPLETED"}, pool.jobs()
     logs = _job_logs(tmp_path)
     assert "agent.preempted" in logs and "agent.stopped_payload_died" not in logs, logs
     assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"
