@@ -33,7 +33,7 @@ $(NODE_STAMP): package.json package-lock.json
 demo: install
 	$(BIN)/upwell demo
 
-test: install iac-install
+test: install iac-install gromacs
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: install

@@ -16,4 +16,4 @@ bp = func.Blueprint()
                  source=func.BlobSource.EVENT_GRID)
 def collect(blob: func.InputStream) -> None:
     name = context.blob_name(blob.name, names.RESULTS)
-    collect_result(context.storage(), name)
+    context.settle("collect", lambda: collect_result(context.storage(), name))

@@ -16,5 +16,5 @@ bp = func.Blueprint()
                  source=func.BlobSource.EVENT_GRID)
 def ingest(blob: func.InputStream) -> None:
     name = context.blob_name(blob.name, names.INCOMING)
-    # Transient storage errors raise, so the host retries; bad input is quarantined inside.
-    Ingestor(context.storage(), context.settings()).ingest(name)
+    # Bad input is quarantined inside; transient storage errors raise, so the host retries.
+    context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))

@@ -160,7 +160,7 @@ def test_parse_squeue_keeps_only_the_pools_jobs():
     ("OUT_OF_MEMORY", NodeState.FAILED), ("SOMETHING_NEW", NodeState.UNKNOWN),
 ])
 def test_translate_table(native, state):
-    assert SlurmPool(spec(), client=lambda *a: "").translate(native) is state
+    assert SlurmPool(spec(), client=lambda *a: "").node_state(native) is state
 
 
 @pytest.mark.parametrize("stderr, kind", [
@@ -199,15 +199,16 @@ class FakeSlurm:
 
 def test_scale_in_cancels_pending_then_drains_idle_and_never_touches_busy():
     fake = FakeSlurm([("1", "RUNNING"), ("2", "RUNNING"), ("3", "RUNNING"), ("4", "PENDING"), ("5", "COMPLETED")])
-    pool = SlurmPool(spec(), client=fake, busy_nodes=lambda pool: {"slurm-mpi-2"})
-    status = pool.status()
+    pool = SlurmPool(spec(), client=fake)
+    busy = {"slurm-mpi-2"}
+    status = pool.status(busy=busy)
     assert status.alive == 4 and status.idle == 2 and status.count(NodeState.RUNNING) == 1
     assert "slurm-mpi-5" not in status.nodes and status.nodes["slurm-mpi-2"] is NodeState.RUNNING
-    pool.scale_to(0)
+    pool.scale_to(0, busy=busy)
     assert ["scancel", "4"] in fake.calls
     assert ["scancel", "--signal=USR1", "3", "1"] in fake.calls
     assert not any("2" in call for call in fake.calls if call[0] == "scancel")
-    after = pool.status()  # the drained ones count as leaving until they are gone
+    after = pool.status(busy=busy)  # the drained ones count as leaving until they are gone
     assert after.count(NodeState.STOPPING) == 2 and after.alive == 2
 
 

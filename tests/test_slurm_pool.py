@@ -69,13 +69,12 @@ def _wait(predicate, timeout: float, what: str, on_timeout=lambda: ""):
 
 
 def _pool(store: Storage, tmp_path: Path, name: str = "cpu", **options) -> SlurmPool:
-    ledger = Ledger(store)
     spec = PoolSpec(name, backend="slurm", max_nodes=2,
                     options={"state_dir": str(tmp_path / "state"), "idle_exit_s": 60,
                              "output": str(tmp_path / "job-%j.out"),
                              "env": {"UPWELL_SCRATCH": str(tmp_path / "scratch"), "UPWELL_LEASE_S": "20"},
                              **options})
-    pool = make_pool(spec, busy_nodes=lambda p: {r["node"] for r in ledger.running(p) if r.get("node")})
+    pool = make_pool(spec)
     assert isinstance(pool, SlurmPool)
     _EARLIER[id(pool)] = {j.job_id for j in pool.jobs()}
     return pool
@@ -128,7 +127,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     status = _wait(lambda: (s := pool.status()).count(NodeState.RUNNING) == 1 and s.idle == 1
                    and s.count(NodeState.PENDING) == 1 and s, 90, "one busy, one idle, one pending agent",
                    lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
-    busy_node = (ledger.shard(job_id, "s00000") or {})["node"]
+    busy_node = ledger.shard(job_id, "s00000").node
     busy_job = busy_node.rsplit("-", 1)[1]
     idle_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.IDLE)
     _wait(lambda: (tmp_path / "state" / "cpu" / f"{idle_job}.json").exists(), 60, "the idle agent to be up")
@@ -152,7 +151,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
                    lambda: _job_logs(tmp_path))
     assert result["status"] == "succeeded" and result["node"]["id"] == busy_node
     shard = ledger.shard(job_id, "s00000")
-    assert not shard.get("preemptions") and not shard.get("failures") and int(shard["attempts"]) == 1
+    assert not shard.preemptions and not shard.failures and shard.attempts == 1
     pool.scale_to(0)  # now idle: it drains too, and the pool is empty
     assert pool.status().alive == 0
     _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the last agent to drain",
@@ -170,7 +169,7 @@ def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slur
           "the payload's first checkpoint", lambda: _job_logs(tmp_path))
     (slurm_job,) = [j.job_id for j in _ours(pool) if j.state == "RUNNING"]
     slurm.run("scancel", "--signal=TERM", slurm_job)  # Slurm signals the job's steps: the agent
-    _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "preempted", 60,
+    _wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "preempted", 60,
           "the preemption", lambda: _job_logs(tmp_path))
     assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"
     _wait(lambda: pool.status().alive == 0, 60, "the preempted agent to exit", lambda: _job_logs(tmp_path))
@@ -188,7 +187,7 @@ def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slur
     assert result["metrics"]["l2_error"] < 1e-4
     assert result["metrics"]["ranks"] == 2  # the allocation's CPUs, not the manifest's one rank
     shard = ledger.shard(job_id, "s00000")
-    assert int(shard["preemptions"]) == 1 and not shard.get("failures")
+    assert shard.preemptions == 1 and not shard.failures
     pool.scale_to(0)
 
 
@@ -199,13 +198,13 @@ def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, cpus_per_task=2)  # one agent per node
     pool.scale_to(2)
-    def in_flight() -> list[dict]:  # this job's shards that run now (no collect here: skip finished ones)
-        return [x for x in ledger.running("cpu") if x["PartitionKey"] == job_id and x.get("node")
-                and not store.exists(f"results/{job_id}/{x['RowKey']}.json")]
+    def in_flight() -> list:  # this job's shards that run now (no collect here: skip finished ones)
+        return [x for x in ledger.running("cpu") if x.job_id == job_id and x.node
+                and not store.exists(f"results/{job_id}/{x.shard_id}.json")]
 
     running = _wait(lambda: len(r := in_flight()) == 2 and r, 120, "a shard running on each node",
                     lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
-    victim = {j.job_id: j.nodes for j in pool.jobs()}[running[0]["node"].rsplit("-", 1)[1]]
+    victim = {j.job_id: j.nodes for j in pool.jobs()}[running[0].node.rsplit("-", 1)[1]]
     slurm.run("scontrol", "update", f"nodename={victim}", "state=down", "reason=upwell-test")
     try:
         seen: set[NodeState] = set()
@@ -267,7 +266,7 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
     # Every CPU of both nodes, in the partition that preempts ours.
     urgent = slurm.run("sbatch", "--parsable", "--partition=urgent", "--nodes=2", "--ntasks=2",
                        "--cpus-per-task=2", f"--output={tmp_path}/urgent-%j.out", "--wrap=sleep 1").strip()
-    _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "preempted", 60,
+    _wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "preempted", 60,
           "the preemption", lambda: f"{pool.jobs()}\n{_job_logs(tmp_path)}")
     # The agent checkpointed and exited 0 inside GraceTime, so Slurm records COMPLETED, not PREEMPTED
     # (that state is left for a job the grace ran out on); the ledger holds the preemption.
@@ -287,5 +286,5 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
     assert result["status"] == "succeeded", result.get("error")
     assert result["metrics"]["resumed_from_step"] > 0 and result["timings"]["preemptions"] == 1
     shard = ledger.shard(job_id, "s00000")
-    assert int(shard["preemptions"]) == 1 and not shard.get("failures")
+    assert shard.preemptions == 1 and not shard.failures
     pool.scale_to(0)

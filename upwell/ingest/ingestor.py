@@ -14,18 +14,21 @@ import re
 import tempfile
 import unicodedata
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
-from upwell import logs, names, registry
-from upwell.errors import InputRejected
+from upwell import logs, names
+from upwell.errors import ConfigError, InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import shard_csv, shard_parquet
-from upwell.ledger import Ledger
+from upwell.ingest.sharding import archive_kind, shard_csv, shard_parquet
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
+from upwell.payloads import params as payload_params
+from upwell.payloads.registry import Registry
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
@@ -93,6 +96,7 @@ class Ingestor:
         self.storage = storage
         self.settings = settings
         self.ledger = ledger or Ledger(storage)
+        self.definitions = Registry(storage, settings.registry_allowlist)
 
     def incoming(self, name: str):
         """The client of incoming/<name>. A name with '.' or '..' segments (stored as is when an upload
@@ -123,9 +127,9 @@ class Ingestor:
                 raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                     field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
             existing = self.ledger.job(job_id)
-            if existing and existing.get("status") not in ("ingesting",):
-                bound.info("ingest.duplicate", status=existing.get("status"))
-                return Outcome(job_id, "duplicate", int(existing.get("shards_total") or 0))
+            if existing and existing.status != JobState.INGESTING:
+                bound.info("ingest.duplicate", status=existing.status.value)
+                return Outcome(job_id, "duplicate", existing.shards_total)
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
@@ -143,21 +147,29 @@ class Ingestor:
     # -- manifests ---------------------------------------------------------------
     def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:
         data = self.storage.read(f"{names.INCOMING}/{name}")
-        m = manifests.load_manifest(data, f"{names.INCOMING}/{name}")
-        spec = registry.get(m.payload)
-        pool = m.pool or spec.pool
+        m = manifests.load_manifest(data, f"{names.INCOMING}/{name}", self.definitions.names())
+        spec = self.definitions.resolve(m.payload)
+        pool = m.pool or spec.definition.pool
         self._check_pool(pool, "pool")
         if m.image and m.image not in self.settings.image_allowlist:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(data))
+        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(data), spec)
         if m.data:
             shards = list(self._shard_data_refs(job_id, name, m, spec))
         else:
-            points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes)
+            points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes,
+                                           spec.definition)
             shards = [(f"s{i:05d}", p, None, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
                       for i, p in enumerate(points)]
-        return self._dispatch(job, shards, spec, m.resources, bound)
+        return self._dispatch(job, shards, spec, self._resources(m, spec.definition), bound)
+
+    @staticmethod
+    def _resources(m: manifests.Manifest, definition) -> manifests.Resources:
+        """The manifest's resources, else the definition's ranks and GPUs."""
+        if "resources" in m.model_fields_set:
+            return m.resources
+        return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
@@ -169,25 +181,53 @@ class Ingestor:
                 raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
             local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
             path = ref if ref.startswith(f"{names.INCOMING}/") else local
+            if m.shard.whole_files:
+                params = dict(m.params)
+                payload_params.validate(spec.definition, params)
+                blob_path, digest = self._whole_file(job_id, index, path, i)
+                yield (f"s{index:05d}", params, blob_path, digest)
+                index += 1
+                continue
             for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
                 params = dict(m.params)
-                spec.params.model_validate(params)
+                payload_params.validate(spec.definition, params)
                 blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
                 self.storage.write(blob_path, shard.data)
                 yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
                 index += 1
 
+    def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
+        """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
+        container, name = path.split("/", 1)
+        try:
+            data = self.storage.blob(container, name).download_blob().readall()
+        except ResourceNotFoundError:
+            raise InputRejected(f"data blob {path} does not exist", field=f"data[{i}]") from None
+        if len(data) > self.settings.max_upload_bytes:
+            raise InputRejected(f"data[{i}] is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}",
+                                field=f"data[{i}]", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
+        kind = archive_kind(data[:512])
+        if kind:
+            raise InputRejected(f"data[{i}] is a {kind} archive; archives are not accepted: upload the files "
+                                "themselves", field=f"data[{i}]")
+        suffix = PurePosixPath(name).suffix
+        suffix = suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,10}", suffix) else ""
+        blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}{suffix}"
+        self.storage.write(blob_path, data)
+        return blob_path, hashlib.sha256(data).hexdigest()
+
     # -- instrument drops ----------------------------------------------------------
     def _instrument(self, job_id: str, name: str, props, bound) -> Outcome:
         rule = self.match_rule(name)
-        spec = registry.get(rule.payload)
-        pool = rule.pool or spec.pool
+        spec = self.definitions.resolve(rule.payload)
+        pool = rule.pool or spec.definition.pool
         self._check_pool(pool, "pool")
-        spec.params.model_validate(rule.params)
+        payload_params.validate(spec.definition, dict(rule.params))
         m = manifests.Manifest(name=f"{rule.name or 'rule'}: {name}", payload=rule.payload, pool=pool,
                                params=rule.params, shard=rule.shard, estimate=rule.estimate,
                                budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()))
+        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
+                            spec)
         shards = []
         for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
             blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
@@ -196,13 +236,13 @@ class Ingestor:
         return self._dispatch(job, shards, spec, manifests.Resources(), bound)
 
     def match_rule(self, name: str) -> manifests.PipelineRule:
-        rules = []
+        rules, known = [], self.definitions.names()
         for item in self.storage.list(names.PIPELINES):
             if not item.name.endswith((".yaml", ".yml", ".json")):
                 continue
             try:
                 rule = manifests.load_rule(self.storage.read(f"{names.PIPELINES}/{item.name}"),
-                                           f"{names.PIPELINES}/{item.name}")
+                                           f"{names.PIPELINES}/{item.name}", known)
             except InputRejected as exc:
                 log.warning("ingest.bad_rule", rule=item.name, error=exc.message)
                 continue
@@ -238,10 +278,12 @@ class Ingestor:
             raise InputRejected(f"pool {pool!r} is not configured; pools: {sorted(self.settings.pools)}",
                                 field=field)
 
-    def _job_row(self, job_id, name, etag, m: manifests.Manifest, pool: str, mhash: str) -> dict[str, Any]:
+    def _job_row(self, job_id, name, etag, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
         pspec = self.settings.pools[pool]
+        d = spec.definition
         return {"job_id": job_id, "name": m.name or name, "description": m.description, "status": "ingesting",
-                "payload": m.payload, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
+                "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
+                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
                 "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
                 "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
@@ -262,23 +304,24 @@ class Ingestor:
             raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
                                 f"exceeds the budget ${job['budget_usd']:.2f}", field="budget_usd",
                                 limit=f"budget_usd={job['budget_usd']}")
-        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.name, pool=job["pool"], params=params,
+        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,
+                          payload_version=spec.definition.version, payload_sha256=spec.sha256,
                           input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        self.ledger.create_job(job)
+        self.ledger.create_job(JobRow.from_entity(job))
         now = now_iso()
         self.ledger.add_shards(job_id, [
-            {"shard_id": sid, "status": "queued", "attempts": 0, "preemptions": 0, "queued_at": now,
-             "pool": job["pool"], "params": json.dumps(params, sort_keys=True), "input_blob": blob or "",
-             "input_sha256": digest, "result_blob": f"{names.RESULTS}/{job_id}/{sid}.json"}
+            ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
+                     params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                     result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
         for text in texts:
             queue.send_message(text)
-        self.ledger.update_job(job_id, status="accepted", accepted_at=now_iso())
-        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.name,
+        self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
+        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
 
@@ -298,15 +341,13 @@ class Ingestor:
             pass  # already moved by an earlier delivery
         self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
                            content_type="application/json")
-        self.ledger.create_job({"job_id": job_id, "name": name[:200], "status": "rejected", "message": exc.message,
-                                "error_field": exc.field, "error_row": exc.row,
-                                "source_blob": f"incoming/{name}"[:1000],
-                                "quarantine_blob": f"{names.QUARANTINE}/{safe}", "created_at": now_iso(),
-                                "shards_total": 0, "shards_done": 0, "shards_failed": 0})
-        self.ledger.update_job(job_id, status="rejected", message=exc.message)
+        self.ledger.create_job(JobRow(job_id=job_id, name=name[:200], status=JobState.REJECTED, message=exc.message,
+                                      error_field=exc.field, error_row=exc.row, source_blob=f"incoming/{name}"[:1000],
+                                      quarantine_blob=f"{names.QUARANTINE}/{safe}", created_at=now_iso()))
+        self.ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message)
         try:
             src.delete_blob(etag=etag, match_condition=_if_match())
-        except Exception as err:  # noqa: BLE001 - a newer upload under the same name stays
+        except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
 
 
@@ -347,5 +388,5 @@ def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
         from upwell import cost
 
         return float(cost.estimate(node_seconds, price_key, spot))
-    except Exception:  # noqa: BLE001 - an unknown price key estimates as 0 and says so in the report
+    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
         return 0.0

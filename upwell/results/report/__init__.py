@@ -18,11 +18,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import structlog
-
-from upwell import cost
+from upwell import cost, logs
 from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
+from upwell.results.figures import definition as definition_figures
 from upwell.results.report import gantt, plots
 from upwell.results.report.model import ShardView, merge
 from upwell.results.report.render import render
@@ -30,7 +29,7 @@ from upwell.results.report.summary import scale_points, summarize
 
 __all__ = ["build_report"]
 
-log = structlog.get_logger(__name__)
+log = logs.get("upwell.results.report")
 Fetch = Callable[[str], bytes]
 
 
@@ -96,13 +95,15 @@ def _payload_sections(job: dict, views: list[ShardView], results: list[dict], fe
     out: list[Section] = []
     for kind, docs in kinds.items():
         fn = sections_for(kind)
+        if fn is None and definition_figures.spec_of(docs):  # a definition's report: table and plots
+            fn = definition_figures.sections
         if fn is None:
             out.extend(_generic(kind, [v for v in views if v.has_result and (v.payload or kind) == kind]))
             continue
         try:
             made = list(fn(docs, fetch) or ())
             out.extend(s for s in made if isinstance(s, Section))
-        except Exception as exc:  # a figures module must never cost the job its report
+        except Exception as exc:  # noqa: BLE001 - a figures module must never cost the job its report
             log.warning("report.sections_failed", payload=kind, error=repr(exc))
             out.append(Section(f"{kind}: figures unavailable",
                                f"The {kind} figures module raised {type(exc).__name__}: {exc}"))

@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from upwell.payloads.argv import ContainerRun
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools.base import PoolSpec
 
@@ -170,6 +171,26 @@ def mpi_task(spec: PoolSpec, task_id: str, command: str, instances: int, *,
             number_of_instances=instances, coordination_command_line=coordination_command or "/bin/true"),
         environment_settings=[m.EnvironmentSetting(name=k, value=v)
                               for k, v in sorted(az.agent_env(spec, **(env or {})).items())],
+        user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
+        required_slots=1)
+
+
+def payload_task(spec: PoolSpec, task_id: str, run: ContainerRun, env: dict[str, str] | None = None):
+    """One payload command as a Batch task: the definition's image, its argv as the command line
+    (POSIX-quoted; Batch starts it without a shell), in the image's work dir."""
+    from azure.batch import models as m
+
+    registry = _registry(spec)
+    container = m.BatchTaskContainerSettings(
+        image_name=run.image, container_run_options=f"{run_options(spec)} --workdir {shlex.quote(run.workdir)}",
+        registry=None if registry is None else m.ContainerRegistryReference(
+            registry_server=registry["registryServer"],
+            identity_reference=(m.BatchNodeIdentityReference(resource_id=registry["identityReference"]["resourceId"])
+                                if "identityReference" in registry else None)))
+    return m.BatchTaskCreateOptions(
+        id=task_id, command_line=run.command_line(), container_settings=container,
+        environment_settings=[m.EnvironmentSetting(name=k, value=v)
+                              for k, v in sorted({**az.agent_env(spec), **run.env, **(env or {})}.items())],
         user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
         required_slots=1)
 

@@ -281,17 +281,7 @@ def rest_job(spec: PoolSpec, script: str, env: dict[str, str], *, spot: bool = F
         value = _text(spec, key)
         if value:
             job[field] = value
-    if _text(spec, "mem"):
-        try:
-            job["memory_per_node"] = mem_mb(_text(spec, "mem") or "")
-        except ValueError:
-            raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.mem must be a size like 4G") from None
-    limit = _text(spec, "time")
-    if limit:
-        directives(spec)  # validates the time
-        job["time_limit"] = time_minutes(limit) if limit not in ("UNLIMITED", "INFINITE") else None
-        if job["time_limit"] is None:
-            job.pop("time_limit")
+    job.update(_rest_limits(spec))
     if spec.options.get("exclusive"):
         job["exclusive"] = "exclusive"
     if spec.options.get("gres"):
@@ -300,6 +290,21 @@ def rest_job(spec: PoolSpec, script: str, env: dict[str, str], *, spot: bool = F
     if spec.options.get("output"):
         job["standard_output"] = str(spec.options["output"])
     return {"script": script, "job": job}
+
+
+def _rest_limits(spec: PoolSpec) -> dict:
+    """The memory and time limits of a slurmrestd job body, where the pool sets them."""
+    limits: dict = {}
+    if _text(spec, "mem"):
+        try:
+            limits["memory_per_node"] = mem_mb(_text(spec, "mem") or "")
+        except ValueError:
+            raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.mem must be a size like 4G") from None
+    limit = _text(spec, "time")
+    if limit and limit not in ("UNLIMITED", "INFINITE"):
+        directives(spec)  # validates the time
+        limits["time_limit"] = time_minutes(limit)
+    return limits
 
 
 def parse_rest_jobs(doc: dict, spec: PoolSpec) -> list[SlurmJob]:

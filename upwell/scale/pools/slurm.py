@@ -10,7 +10,7 @@ and a busy agent is never touched. ``status()`` reads ``squeue`` with a fixed
 Whether a running job's agent is busy comes from the state file each agent
 writes under ``state_dir/<pool>/<job id>.json`` when the pool and the nodes
 share a file system (idle | running | stopped), else from the ledger (the
-``busy_nodes`` callable the Autoscaler passes: node ids running a shard; it
+busy set the Autoscaler passes in: node ids running a shard; it
 says "running" until collect has seen the result). A drain signal that meets an
 agent which took an item after all only lets it finish; one that meets an agent
 still starting ends its job before it took anything.
@@ -27,14 +27,14 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.scale.pools import build_slurm as build
-from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 log = logs.get("upwell.scale.pools.slurm")
 DRAIN_S = 60.0  # how long a job asked to drain counts as leaving, not alive
@@ -180,6 +180,7 @@ class SlurmPool(WorkerPool):
 
     # Slurm's job states (squeue %T), lower case. RUNNING is IDLE until the agent or the ledger says
     # it holds a shard. CONFIGURING is a CycleCloud node still booting for the job.
+    expected_boot_s = 0.0  # the cluster's nodes are up (a CycleCloud nodearray that powers nodes up: options.boot_s)
     translate_table = {
         "pending": NodeState.PENDING, "configuring": NodeState.PENDING, "requeued": NodeState.PENDING,
         "requeue_hold": NodeState.PENDING, "requeue_fed": NodeState.PENDING, "resizing": NodeState.PENDING,
@@ -193,15 +194,13 @@ class SlurmPool(WorkerPool):
     }
 
     def __init__(self, spec: PoolSpec, state_dir: Path | None = None, *, idle_exit_s: float = 120.0,
-                 env: dict[str, str] | None = None, busy_nodes: Callable[[str], Collection[str]] | None = None,
-                 client: Callable[..., str] | None = None, **_ctx):
+                 env: dict[str, str] | None = None, client: Callable[..., str] | None = None):
         super().__init__(spec)
         from upwell.scale.pools.process import default_state_dir
 
         shared = spec.options.get("state_dir") or state_dir or default_state_dir()
         self.state_dir = Path(shared)
         self.idle_exit_s = float(spec.options.get("idle_exit_s", idle_exit_s))
-        self.busy_nodes = busy_nodes
         self.env = env
         rest = spec.options.get("slurmrestd")
         if rest and client is None:
@@ -216,9 +215,10 @@ class SlurmPool(WorkerPool):
     def jobs(self) -> list[build.SlurmJob]:
         return self.driver.jobs(self.spec)
 
-    def node_state(self, job: build.SlurmJob, busy: Collection[str]) -> NodeState:
-        """One job's node state: Slurm's state, refined for a running job by the agent and the ledger."""
-        state = self.translate(job.state)
+    def job_state(self, job: build.SlurmJob, busy: Busy) -> NodeState:
+        """One job's node state: Slurm's state, refined for a running job by the agent's state file and
+        the ledger's busy set. With neither (no file, ``busy`` None) a running agent counts as busy."""
+        state = self.node_state(job.state)
         if state is not NodeState.IDLE:
             return state
         agent = self._agent_state(job.job_id)
@@ -227,7 +227,7 @@ class SlurmPool(WorkerPool):
         if agent == "running":
             return NodeState.RUNNING
         # The agent's own word is the freshest; the ledger says "running" until collect has run.
-        if agent is None and build.node_id(self.spec.name, job.job_id) in busy:
+        if agent is None and (busy is None or build.node_id(self.spec.name, job.job_id) in busy):
             return NodeState.RUNNING
         return NodeState.IDLE
 
@@ -241,22 +241,12 @@ class SlurmPool(WorkerPool):
         sent = self._draining.get(job_id)
         return sent is not None and time.monotonic() - sent < DRAIN_S
 
-    def _busy(self) -> Collection[str]:
-        if self.busy_nodes is None:
-            return ()
-        try:
-            return self.busy_nodes(self.spec.name)
-        except Exception as exc:  # noqa: BLE001 - without the ledger the state files still protect busy agents
-            log.warning("slurm.busy_nodes_unreadable", pool=self.spec.name, error=str(exc)[:200])
-            return ()
-
-    def _observe(self) -> tuple[list[build.SlurmJob], dict[str, NodeState]]:
+    def _observe(self, busy: Busy) -> tuple[list[build.SlurmJob], dict[str, NodeState]]:
         jobs = [j for j in self.jobs() if j.state not in FINISHED]
-        busy = self._busy()
-        return jobs, {j.job_id: self.node_state(j, busy) for j in jobs}
+        return jobs, {j.job_id: self.job_state(j, busy) for j in jobs}
 
-    def status(self) -> PoolStatus:
-        jobs, nodes = self._observe()
+    def status(self, *, busy: Busy = None) -> PoolStatus:
+        jobs, nodes = self._observe(busy)
         alive = [j for j in jobs if nodes[j.job_id] in _ALIVE]
         spot = sum(1 for j in alive if build.is_spot(self.spec, j.partition))
         preempted = sum(1 for j in jobs if nodes[j.job_id] is NodeState.PREEMPTED
@@ -268,9 +258,9 @@ class SlurmPool(WorkerPool):
                           preempted=preempted, message=message)
 
     # -- action ----------------------------------------------------------------------
-    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
         """Submit agents up to n, or remove pending jobs, then idle agents, down to n; busy ones stay."""
-        jobs, nodes = self._observe()
+        jobs, nodes = self._observe(busy)
         alive = [j for j in jobs if nodes[j.job_id] in _ALIVE]
         if n > len(alive):
             live_spot = sum(1 for j in alive if build.is_spot(self.spec, j.partition))
