@@ -60,7 +60,7 @@ def _restore_checkpoint(d: Definition, workdir: Path) -> bool:
         dest = workdir / path.relative_to(ckpt)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest)
-    return bool(_matches(workdir, d.checkpoint.files))
+    return bool(_matches(ckpt, d.checkpoint.files))  # what an earlier attempt kept, not what the files wrote
 
 
 def _keep_checkpoint(d: Definition, workdir: Path) -> int:
