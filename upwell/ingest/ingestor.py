@@ -15,6 +15,7 @@ import tempfile
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -23,7 +24,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
 from upwell import logs, names
-from upwell.errors import ConfigError, InputRejected
+from upwell.errors import InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
 from upwell.ingest.uploads import ShardUploads, prefetch
@@ -124,12 +125,13 @@ class Ingestor:
             check_name(name)
             if is_manifest_input(name) and not is_manifest(name):
                 bound.info("ingest.input_for_manifest")
+                self._wake_waiting(name)
                 return Outcome(job_id, "skipped", message="input of a manifest")
             if props.size > self.settings.max_upload_bytes:
                 raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                     field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
             existing = self.ledger.job(job_id)
-            if existing and existing.status != JobState.INGESTING:
+            if existing and existing.status not in (JobState.INGESTING, JobState.WAITING):
                 bound.info("ingest.duplicate", status=existing.status.value)
                 return Outcome(job_id, "duplicate", existing.shards_total)
             try:
@@ -156,7 +158,10 @@ class Ingestor:
         if m.image and m.image not in self.settings.image_allowlist:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(data), spec)
+        job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
+        missing = [ref for ref in m.data if not self._data_exists(name, ref)]
+        if missing:
+            return self._wait_for_data(job, props, m, missing, bound)
         if m.data:
             shards = list(self._shard_data_refs(job_id, name, m, spec))
         else:
@@ -172,6 +177,53 @@ class Ingestor:
         if "resources" in m.model_fields_set:
             return m.resources
         return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
+
+    # -- a manifest that came before its data ------------------------------------------
+    @staticmethod
+    def _data_path(manifest_name: str, ref: str) -> str:
+        folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
+        return ref if ref.startswith(f"{names.INCOMING}/") else f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
+
+    def _data_exists(self, manifest_name: str, ref: str) -> bool:
+        try:
+            check_name(ref)
+        except InputRejected:
+            return True  # named wrongly: sharding rejects it with the field; waiting would not help
+        return self.storage.exists(self._data_path(manifest_name, ref))
+
+    def _wait_for_data(self, job: dict, props, m: manifests.Manifest, missing: list[str], bound) -> Outcome:
+        """Storage Explorer drops a folder in no set order: keep the job "waiting" until its data blobs are
+        in (each arrival, and the timer, ingest the manifest again), for data_wait_s after the upload."""
+        waited = (datetime.now(UTC) - props.last_modified).total_seconds() if props.last_modified else 0.0
+        grace = self.settings.data_wait_s
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        if waited >= grace:
+            i = m.data.index(missing[0])
+            where = self._data_path(job["source_blob"][len(names.INCOMING) + 1:], missing[0])
+            raise InputRejected(f"data blob {where} does not exist (missing: {shown}; waited {waited:.0f} s, "
+                                f"the limit is {grace} s)", field=f"data[{i}]", limit=f"data_wait_s={grace}")
+        until = (props.last_modified + timedelta(seconds=grace)).isoformat(timespec="seconds").replace("+00:00", "Z")
+        message = (f"waiting for data blobs: {shown} ({len(m.data) - len(missing)} of {len(m.data)} present); "
+                   f"gives up at {until}")
+        row = {**job, "status": JobState.WAITING.value, "message": message, "wait_until": until, "shards_total": 0}
+        _, created = self.ledger.create_job(JobRow.from_entity(row))
+        if not created:
+            self.ledger.update_job(job["job_id"], message=message, wait_until=until)
+        bound.info("ingest.waiting_for_data", missing=len(missing), until=until)
+        return Outcome(job["job_id"], "waiting", message=message)
+
+    def _wake_waiting(self, data_name: str) -> None:
+        """A data blob arrived: ingest again each waiting manifest in the folder that holds its data/."""
+        folder = f"/{data_name}".rsplit(f"/{INPUT_FOLDER}/", 1)[0].lstrip("/")
+        prefix = f"{folder}/" if folder else ""
+        for blob in self.storage.list(names.INCOMING, prefix):
+            rest = blob.name[len(prefix):]
+            if "/" in rest or not is_manifest(blob.name):
+                continue
+            etag = blob.etag if str(blob.etag).startswith('"') else f'"{blob.etag}"'
+            found = self.ledger.job(job_id_for(blob.name, etag))
+            if found is not None and found.status == JobState.WAITING:
+                self.ingest(blob.name)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
@@ -229,8 +281,10 @@ class Ingestor:
         payload_params.validate(spec.definition, dict(rule.params))
         m = manifests.Manifest(name=f"{rule.name or 'rule'}: {name}", payload=rule.payload, pool=pool,
                                params=rule.params, shard=rule.shard, estimate=rule.estimate,
-                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
+                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency,
+                               owner=rule.owner, project=rule.project, max_wall_clock_s=rule.max_wall_clock_s,
+                               max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
+        job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
                             spec)
         source = f"{names.INCOMING}/{name}"
         if rule.format == "binary":
@@ -302,12 +356,18 @@ class Ingestor:
             raise InputRejected(f"pool {pool!r} is not configured; pools: {sorted(self.settings.pools)}",
                                 field=field)
 
-    def _job_row(self, job_id, name, etag, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
+    def _job_row(self, job_id, name, props, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
+        from upwell.ops.wallclock import tighter
+
         pspec = self.settings.pools[pool]
         d = spec.definition
         return {"job_id": job_id, "name": m.name or name, "description": m.description, "status": "ingesting",
                 "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
-                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
+                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}",
+                "source_etag": props.etag, "owner": m.owner or _uploader(props) or "unknown",
+                "project": m.project or self.settings.project, "gpus": m.resources.gpus,
+                "max_wall_clock_s": tighter(m.max_wall_clock_s, pspec.max_wall_clock_s),
+                "max_shard_wall_clock_s": tighter(m.max_shard_wall_clock_s, pspec.max_shard_wall_clock_s),
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
                 "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
                 "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
@@ -321,9 +381,13 @@ class Ingestor:
         if len(shards) > self.settings.max_shards:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
-        est_ns = job["estimate_node_seconds_per_shard"] * len(shards) * max(1, resources.ranks // 2 or 1)
-        est_usd = _estimate(est_ns, job["price_key"], job["spot"])
-        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd)
+        est = self._estimate(job, [params for _, params, _, _ in shards], resources)
+        est_ns, est_usd = est.node_seconds, est.usd
+        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
+                   node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+        from upwell.ops.costs import check_budgets
+
+        check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
         if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
             raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
                                 f"exceeds the budget ${job['budget_usd']:.2f}", field="budget_usd",
@@ -334,7 +398,10 @@ class Ingestor:
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        self.ledger.create_job(JobRow.from_entity(job))
+        _, created = self.ledger.create_job(JobRow.from_entity(job))
+        if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
+            fields = {k: v for k, v in job.items() if k not in ("status", "job_id")}
+            self.ledger.update_job(job_id, **fields, message="")
         now = now_iso()
         self.ledger.add_shards(job_id, [
             ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
@@ -353,6 +420,16 @@ class Ingestor:
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
+
+    def _estimate(self, job: dict, points: list[dict], resources):
+        """Priced on the pool that runs it, node time learned from earlier results (upwell.ops.estimate)."""
+        from upwell.ops import estimate as est
+
+        history = est.learn(self.ledger, job["payload"], job["pool"])
+        return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
+                            price_key=job["price_key"], spot_allowed=bool(job["spot"]),
+                            pool_spot_share=self.settings.pools[job["pool"]].spot_share,
+                            ranks=resources.ranks, gpus=resources.gpus)
 
     # -- quarantine ---------------------------------------------------------------------
     def quarantine(self, job_id: str, name: str, etag: str, exc: InputRejected) -> None:
@@ -378,6 +455,22 @@ class Ingestor:
             src.delete_blob(etag=etag, match_condition=_if_match())
         except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
+
+
+def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None = None) -> list[str]:
+    """The timer's part: ingest every waiting manifest again (it goes on, waits on, or is rejected when its
+    grace is over). A manifest removed meanwhile ends its job as rejected."""
+    ledger = ledger or Ledger(storage)
+    ingestor = Ingestor(storage, settings, ledger)
+    seen = []
+    for job in ledger.jobs(JobState.WAITING):
+        source = job.source_blob
+        out = ingestor.ingest(source[len(names.INCOMING) + 1:]) if source.startswith(f"{names.INCOMING}/") else None
+        if out is None or out.status == "skipped":
+            ledger.update_job(job.job_id, status=JobState.REJECTED,
+                              message="the manifest was removed while it waited for its data")
+        seen.append(job.job_id)
+    return seen
 
 
 def _if_match():
@@ -412,10 +505,7 @@ class _DotSegments(RequestsTransport):
         return super().send(request, **kwargs)
 
 
-def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
-    try:
-        from upwell import cost
-
-        return float(cost.estimate(node_seconds, price_key, spot))
-    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
-        return 0.0
+def _uploader(props) -> str:
+    """Who uploaded, where the upload says: blob metadata ``uploaded_by`` (upwell submit sets it)."""
+    meta = getattr(props, "metadata", None) or {}
+    return str(meta.get("uploaded_by") or meta.get("upwell_owner") or "")[:200]
