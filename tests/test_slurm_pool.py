@@ -124,13 +124,19 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, cpus_per_task=2)  # one agent fills a node: two run, the third waits
     pool.scale_to(3)
-    status = _wait(lambda: (s := pool.status()).count(NodeState.RUNNING) == 1 and s.idle == 1
-                   and s.count(NodeState.PENDING) == 1 and s, 90, "one busy, one idle, one pending agent",
+    def settled():  # both started agents have said what they do (no file yet reads as busy), the shard runs
+        s = pool.status()
+        said = {p.stem for p in (tmp_path / "state" / "cpu").glob("*.json")}
+        up = [n.rsplit("-", 1)[1] for n, st in s.nodes.items() if st in (NodeState.RUNNING, NodeState.IDLE)]
+        return (s.count(NodeState.RUNNING) == 1 and s.idle == 1 and s.count(NodeState.PENDING) == 1
+                and set(up) <= said and getattr(ledger.shard(job_id, "s00000"), "status", None) == "running" and s)
+
+    status = _wait(settled, 90, "one busy, one idle, one pending agent",
                    lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
     busy_node = ledger.shard(job_id, "s00000").node
     busy_job = busy_node.rsplit("-", 1)[1]
     idle_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.IDLE)
-    _wait(lambda: (tmp_path / "state" / "cpu" / f"{idle_job}.json").exists(), 60, "the idle agent to be up")
+    assert status.nodes[busy_node] is NodeState.RUNNING and idle_job != busy_job
 
     pool.scale_to(0)
     after = pool.status()
