@@ -47,7 +47,7 @@ demo: install
 test: install iac-install gromacs
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install iac-install
 	$(BIN)/python -m pytest -q -m "not faults and not slow" $(PYTEST_ARGS)
 
 lint: install
