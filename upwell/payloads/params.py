@@ -75,8 +75,9 @@ def validate(definition: Definition, params: dict[str, Any], *, where: str = "pa
         _builtin_model(definition, params, where)
     unknown = sorted(set(params) - set(definition.params))
     if unknown:
-        raise InputRejected(f"{where}.{unknown[0]}: {definition.name} has no param {unknown[0]!r}; "
-                            f"known: {sorted(definition.params)}", field=f"{where}.{unknown[0]}")
+        raise InputRejected(f"{where}.{unknown[0]}: {definition.name} has no param {unknown[0]!r}"
+                            f"{_meant(unknown[0], definition.params)}; known: {sorted(definition.params)}",
+                            field=f"{where}.{unknown[0]}")
     out: dict[str, Any] = {}
     for name, p in definition.params.items():
         if name not in params:
@@ -102,5 +103,16 @@ def _builtin_model(definition: Definition, values: dict[str, Any], where: str) -
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ".".join(str(p) for p in err.get("loc", ())) or "params"
-        raise InputRejected(f"{where}.{name}: {err['msg']}", field=f"{where}.{name}") from None
+        tip = _meant(name, model.model_fields) if err.get("type") == "extra_forbidden" else ""
+        raise InputRejected(f"{where}.{name}: {err['msg']}{tip}", field=f"{where}.{name}") from None
     return values
+
+
+def _meant(wrong: str, known) -> str:
+    """'; did you mean steps?' when an unknown name is close to a known one (a prefix or a near spelling)."""
+    import difflib
+
+    names = list(known)
+    close = [k for k in names if k.startswith(wrong) or wrong.startswith(k)] or \
+        difflib.get_close_matches(wrong, names, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
