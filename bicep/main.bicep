@@ -184,6 +184,7 @@ var queueNames = [
 var tableNames = [
   'jobs'
   'scaling'
+  'janitor'
 ]
 // Blob-triggered functions (source=EventGrid) and the container each one watches.
 var blobTriggers = [
@@ -225,6 +226,10 @@ var tags = {
   environment: empty(environmentTag) ? environmentName : environmentTag
   expiry: expiryDate
   'azd-env-name': environmentName
+  // What the janitor reads (upwell/ops/tags.py); the same on what the scaler creates.
+  'upwell-project': project
+  'upwell-owner': owner
+  'upwell-expires': expiryDate
 }
 
 var cpuBackend = enableVmss ? 'vmss' : (enableAci ? 'aci' : 'batch')
@@ -449,6 +454,8 @@ var workerOptions = {
     owner: owner
     environment: tags.environment
     expiry: expiryDate
+    'upwell-project': project
+    'upwell-owner': owner
   }
 }
 var batchOptions = union(workerOptions, {

@@ -42,7 +42,8 @@ ALL_QUEUES = QUEUES + tuple(poison_queue(q) for q in QUEUES)
 # Table storage.
 JOBS_TABLE = "jobs"
 SCALE_TABLE = "scaling"
-TABLES = (JOBS_TABLE, SCALE_TABLE)
+JANITOR_TABLE = "janitor"  # every janitor finding and action (upwell.ops.janitor)
+TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE)
 JOB_ROW = "job"
 
 # The connection the functions bind to ("connection=" in the handlers).  On Azure

@@ -102,6 +102,13 @@ class Settings:
     registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    # UPWELL_SCALE_ON_INGEST: ingest runs a scale pass once it enqueued work, so dispatch does not wait for
+    # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
+    scale_on_ingest: bool = False
+    project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
+    # UPWELL_BUDGETS: {"owner": {"ana@lab.org": 50}, "project": {"ocean": 500}}, USD per window
+    budgets: dict = field(default_factory=dict)
+    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
 
     @classmethod
@@ -118,20 +125,52 @@ class Settings:
         for name, var in _INTS:
             if env.get(var):
                 kw[name] = env_int(env, var, 0, minimum=0)
-        for name, var in _TEXTS:
+        for name, var in _TEXTS + _BOOLS:
             if env.get(var):
-                kw[name] = env[var]
+                kw[name] = _PARSE.get(name, _text)(env, var)
         if env.get("UPWELL_IMAGE_ALLOWLIST"):
             kw["image_allowlist"] = tuple(s.strip() for s in env["UPWELL_IMAGE_ALLOWLIST"].split(",") if s.strip())
         if env.get("UPWELL_REGISTRY_ALLOWLIST"):
             kw["registry_allowlist"] = tuple(s.strip() for s in env["UPWELL_REGISTRY_ALLOWLIST"].split(",")
                                              if s.strip())
+        kw.update(_cost_settings(env))
         return cls(**kw)
+
+
+def _cost_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """UPWELL_PROJECT, UPWELL_BUDGETS and UPWELL_BUDGET_WINDOW_DAYS, where set."""
+    kw: dict[str, Any] = {}
+    if env.get("UPWELL_PROJECT"):
+        kw["project"] = env["UPWELL_PROJECT"]
+    if env.get("UPWELL_BUDGETS"):
+        kw["budgets"] = _budgets(env["UPWELL_BUDGETS"])
+    if env.get("UPWELL_BUDGET_WINDOW_DAYS"):
+        kw["budget_window_days"] = env_float(env, "UPWELL_BUDGET_WINDOW_DAYS", 30.0, minimum=0)
+    return kw
+
+
+def _budgets(text: str) -> dict[str, dict[str, float]]:
+    """UPWELL_BUDGETS: {"owner": {name: usd}, "project": {name: usd}}."""
+    try:
+        raw = json.loads(text)
+        out = {kind: {str(k): float(v) for k, v in (raw.get(kind) or {}).items()} for kind in ("owner", "project")}
+    except (ValueError, TypeError, AttributeError):
+        raise ConfigError('UPWELL_BUDGETS must be JSON like {"owner": {"ana": 50}, "project": {"ocean": 500}}') \
+            from None
+    unknown = set(raw) - {"owner", "project"}
+    if unknown:
+        raise ConfigError(f"UPWELL_BUDGETS has unknown keys {sorted(unknown)}; known: owner, project")
+    return out
 
 
 _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"))
+_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
+
+
+def _text(env: Mapping[str, str], var: str) -> str:
+    return env[var]
 _TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("code_version", "UPWELL_CODE_VERSION"),
           ("image_digest", "UPWELL_IMAGE_DIGEST"))
 
@@ -174,3 +213,6 @@ def env_bool(env: Mapping[str, str], var: str, default: bool = False) -> bool:
     if text in ("0", "false", "no"):
         return False
     raise ConfigError(f"{var} must be true or false, got {env.get(var)!r}")
+
+
+_PARSE = {"scale_on_ingest": env_bool}

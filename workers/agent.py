@@ -35,6 +35,7 @@ from upwell.errors import DecodeError, UpwellError
 from upwell.lease import Lease
 from upwell.ledger import JobRow, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
+from upwell.ops import wallclock
 from upwell.payloads.registry import Registry
 from upwell.settings import Settings, env_bool, env_float, env_int
 from upwell.storage import Storage
@@ -72,6 +73,7 @@ class AgentConfig:
                   max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
                   lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
                   retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
+                  poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
@@ -167,6 +169,9 @@ class Agent:
             return self._give_up(hand, verdict)
         if hand.job.status == CANCELLED:  # upwell cancel: a leftover message of a cancelled job
             return self._cancelled(hand)
+        overdue = wallclock.job_overdue(hand.job.to_entity())  # the job's kill switch (upwell.ops.wallclock)
+        if overdue:
+            return self._give_up(hand, Verdict(VerdictKind.DROP, reason=overdue))
         cap = self._cap(hand.job)
         if cap and self._over_cap(item, cap, started=False):
             return self._defer(hand, cap, started=False)
@@ -220,10 +225,13 @@ class Agent:
             watch = CancelWatch(self.ledger, item.job_id, self.stop)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
                                  stop=watch, on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
-                                 definitions=self.definitions)
+                                 definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job.extra))
             self._keep_log(item, result)
             if watch.cancelled.is_set() and result.status != "succeeded":
                 return self._cancelled(hand, checkpoint=result.checkpoint_dir)
+            if result.timed_out and result.status == "failed":  # past the shard's max wall-clock: not retried
+                return self._give_up(hand, Verdict(VerdictKind.DROP, reason=wallclock.shard_killed(hand.job.extra)),
+                                     stderr_tail=result.stderr_tail, launch=result)
             return self._settle(hand, result, input_path)
         except UpwellError as exc:  # staging, the launcher refusing the parameters, storage
             verdict = decide_attempt(AttemptResult(error=exc), hand.shard, item.attempt, self.attempts)

@@ -62,6 +62,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         stack.start_devhost()
         _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
              f"http://127.0.0.1:{http_port}/api/jobs")
+        _say(f"[green]dashboard[/] http://127.0.0.1:{http_port}/api/dashboard")
         _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "
              "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
         while not stopping.is_set() and stack.alive():

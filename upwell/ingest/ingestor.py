@@ -13,6 +13,7 @@ import json
 import re
 import tempfile
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
@@ -23,9 +24,10 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
 from upwell import logs, names
-from upwell.errors import ConfigError, InputRejected
+from upwell.errors import InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import archive_kind, shard_csv, shard_parquet
+from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
+from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.payloads import params as payload_params
@@ -156,7 +158,7 @@ class Ingestor:
         if m.image and m.image not in self.settings.image_allowlist:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(data), spec)
+        job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
         missing = [ref for ref in m.data if not self._data_exists(name, ref)]
         if missing:
             return self._wait_for_data(job, props, m, missing, bound)
@@ -240,13 +242,15 @@ class Ingestor:
                 yield (f"s{index:05d}", params, blob_path, digest)
                 index += 1
                 continue
-            for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
-                params = dict(m.params)
-                payload_params.validate(spec.definition, params)
-                blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                self.storage.write(blob_path, shard.data)
-                yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
-                index += 1
+            with ShardUploads(self.storage) as uploads:
+                for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+                    params = dict(m.params)
+                    payload_params.validate(spec.definition, params)
+                    blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
+                    uploads.put(blob_path, shard.data)
+                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    index += 1
+            yield from uploads.shards
 
     def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
         """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
@@ -277,15 +281,36 @@ class Ingestor:
         payload_params.validate(spec.definition, dict(rule.params))
         m = manifests.Manifest(name=f"{rule.name or 'rule'}: {name}", payload=rule.payload, pool=pool,
                                params=rule.params, shard=rule.shard, estimate=rule.estimate,
-                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
+                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency,
+                               owner=rule.owner, project=rule.project, max_wall_clock_s=rule.max_wall_clock_s,
+                               max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
+        job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
                             spec)
-        shards = []
-        for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
-            blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-            self.storage.write(blob_path, shard.data)
-            shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path, hashlib.sha256(shard.data).hexdigest()))
-        return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        source = f"{names.INCOMING}/{name}"
+        if rule.format == "binary":
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
+            return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
+        with ShardUploads(self.storage) as uploads:
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+                blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
+                uploads.put(blob_path, shard.data)
+                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
+                                       hashlib.sha256(shard.data).hexdigest()))
+        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound)
+
+    def _binary_sha256(self, name: str) -> str:
+        """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
+        head, digest = b"", hashlib.sha256()
+        for chunk in self.incoming(name).download_blob().chunks():
+            if len(head) < 512:
+                head += chunk[:512]
+            digest.update(chunk)
+        kind = archive_kind(head)
+        if kind:
+            raise InputRejected(f"incoming/{name[:200]} is a {kind} archive; archives are not accepted: upload the "
+                                "files themselves", field="document")
+        return digest.hexdigest()
 
     def match_rule(self, name: str) -> manifests.PipelineRule:
         rules, known = [], self.definitions.names()
@@ -305,7 +330,8 @@ class Ingestor:
         raise InputRejected(f"no pipeline rule matches incoming/{name} (rules: {known}), and it is not a job "
                             f"manifest (job.yaml / job.json)", field="name")
 
-    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = ""):
+    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
+                      options: CsvOptions | None = None):
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         container, blob_name = path.split("/", 1)
@@ -321,8 +347,8 @@ class Ingestor:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit)
+        yield from shard_csv(prefetch(downloader.chunks()), source=path, rows_per_shard=rule.rows,
+                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
     def _check_pool(self, pool: str, field: str) -> None:
@@ -330,15 +356,21 @@ class Ingestor:
             raise InputRejected(f"pool {pool!r} is not configured; pools: {sorted(self.settings.pools)}",
                                 field=field)
 
-    def _job_row(self, job_id, name, etag, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
+    def _job_row(self, job_id, name, props, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
+        from upwell.ops.wallclock import tighter
+
         pspec = self.settings.pools[pool]
         d = spec.definition
         return {"job_id": job_id, "name": m.name or name, "description": m.description, "status": "ingesting",
                 "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
-                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
+                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}",
+                "source_etag": props.etag, "owner": m.owner or _uploader(props) or "unknown",
+                "project": m.project or self.settings.project, "gpus": m.resources.gpus,
+                "max_wall_clock_s": tighter(m.max_wall_clock_s, pspec.max_wall_clock_s),
+                "max_shard_wall_clock_s": tighter(m.max_shard_wall_clock_s, pspec.max_shard_wall_clock_s),
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
                 "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
-                "ranks": m.resources.ranks, "gpus": m.resources.gpus, "max_concurrency": m.max_concurrency,
+                "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
                 "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
@@ -349,9 +381,13 @@ class Ingestor:
         if len(shards) > self.settings.max_shards:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
-        est_ns, est_usd = estimate_job(job["estimate_node_seconds_per_shard"], len(shards), resources.ranks,
-                                       job["price_key"], job["spot"])
-        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd)
+        est = self._estimate(job, [params for _, params, _, _ in shards], resources)
+        est_ns, est_usd = est.node_seconds, est.usd
+        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
+                   node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+        from upwell.ops.costs import check_budgets
+
+        check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
         if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
             raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
                                 f"exceeds the budget ${job['budget_usd']:.2f}", field="budget_usd",
@@ -373,12 +409,27 @@ class Ingestor:
                      result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
-        for text in texts:
-            queue.send_message(text)
+        if len(texts) < 4:
+            for text in texts:
+                queue.send_message(text)
+        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+                for _ in pool.map(queue.send_message, texts):
+                    pass
         self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
+
+    def _estimate(self, job: dict, points: list[dict], resources):
+        """Priced on the pool that runs it, node time learned from earlier results (upwell.ops.estimate)."""
+        from upwell.ops import estimate as est
+
+        history = est.learn(self.ledger, job["payload"], job["pool"])
+        return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
+                            price_key=job["price_key"], spot_allowed=bool(job["spot"]),
+                            pool_spot_share=self.settings.pools[job["pool"]].spot_share,
+                            ranks=resources.ranks, gpus=resources.gpus)
 
     # -- quarantine ---------------------------------------------------------------------
     def quarantine(self, job_id: str, name: str, etag: str, exc: InputRejected) -> None:
@@ -454,16 +505,7 @@ class _DotSegments(RequestsTransport):
         return super().send(request, **kwargs)
 
 
-def estimate_job(per_shard_s: float, shards: int, ranks: int, price_key: str, spot: bool) -> tuple[float, float]:
-    """(node-seconds, USD) that a job is expected to cost before it is dispatched."""
-    node_seconds = per_shard_s * shards * max(1, ranks // 2 or 1)
-    return node_seconds, _estimate(node_seconds, price_key, spot)
-
-
-def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
-    try:
-        from upwell import cost
-
-        return float(cost.estimate(node_seconds, price_key, spot))
-    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
-        return 0.0
+def _uploader(props) -> str:
+    """Who uploaded, where the upload says: blob metadata ``uploaded_by`` (upwell submit sets it)."""
+    meta = getattr(props, "metadata", None) or {}
+    return str(meta.get("uploaded_by") or meta.get("upwell_owner") or "")[:200]

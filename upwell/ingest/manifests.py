@@ -64,6 +64,10 @@ class Manifest(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
     max_concurrency: int = Field(0, ge=0, le=100_000)  # running shards at once; 0: no cap of its own
+    owner: str = Field("", max_length=200)  # who pays: else the uploader's identity, else "unknown"
+    project: str = Field("", max_length=200)  # else UPWELL_PROJECT
+    max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)  # the job's kill switch
+    max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)  # one attempt's
 
     @field_validator("payload")
     @classmethod
@@ -92,8 +96,12 @@ class PipelineRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = ""
     match: str = Field(..., min_length=1, max_length=512)
-    format: Literal["csv", "parquet"] = "csv"
+    # binary: HDF5, netCDF, raw instrument files go to the payload whole, as one shard (no copy)
+    format: Literal["csv", "parquet", "binary"] = "csv"
     columns: dict[str, Literal["float", "int", "str"]] = Field(default_factory=dict)
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    comment: str = Field("", max_length=8)  # lines starting with it before the header are skipped
+    missing: list[str] = Field(default_factory=list, max_length=32)  # cells that mean "no value": NaN in shards
     shard: ShardRule = ShardRule(rows=1000)
     payload: str
     pool: str | None = None
@@ -102,8 +110,20 @@ class PipelineRule(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
     max_concurrency: int = Field(0, ge=0, le=100_000)
+    owner: str = Field("", max_length=200)
+    project: str = Field("", max_length=200)
+    max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)
+    max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
 
     _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_delimiter(cls, v: str) -> str:
+        if v in ('"', "\n", "\r") or not v.isascii():
+            raise ValueError(f"delimiter {v!r} cannot separate fields: use one ASCII character other than a quote "
+                             "or a line end")
+        return v
 
     def matches(self, name: str) -> bool:
         return fnmatch.fnmatchcase(name, self.match)
@@ -214,14 +234,9 @@ def hint(model: type[BaseModel] | None, err: dict) -> str:
     """'; did you mean budget_usd?' for a misspelt field (an unknown key close to a known one), else ''."""
     if err.get("type") != "extra_forbidden" or model is None or not err.get("loc"):
         return ""
-    import difflib
+    from upwell.payloads.params import did_you_mean
 
-    wrong, known = str(err["loc"][-1]), list(model.model_fields)
-    close = [k for k in known if k.startswith(wrong) or wrong.startswith(k)] or \
-        difflib.get_close_matches(wrong, known, n=1, cutoff=0.6)
-    if close:
-        return f"; did you mean {close[0]}?"
-    return f"; the fields are {', '.join(known)}"
+    return did_you_mean(str(err["loc"][-1]), list(model.model_fields))
 
 
 def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str] | None = None):

@@ -73,7 +73,7 @@ def check(storage: Storage | None, paths: list[Path], prefix: str = "", settings
 def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, Path], settings) -> Plan:
     from upwell.errors import InputRejected
     from upwell.ingest import manifests
-    from upwell.ingest.ingestor import Ingestor, estimate_job
+    from upwell.ingest.ingestor import Ingestor
 
     definitions = Ingestor(storage, settings).definitions if storage is not None else None
     m = manifests.load_manifest(local.read_bytes(), f"{names.INCOMING}/{name}",
@@ -87,17 +87,32 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
     if m.image and m.image not in settings.image_allowlist:
         raise InputRejected(f"incoming/{name}: image {m.image!r} is not on the allowlist", field="image")
     if m.data:
-        manifests.grid_points(m.model_copy(update={"grid": {}}), settings.max_shards, settings.max_param_bytes,
-                              definition)
+        points = manifests.grid_points(m.model_copy(update={"grid": {}}), settings.max_shards,
+                                       settings.max_param_bytes, definition)
         shards = _data_shards(storage, name, m, uploading, settings)
+        points = points[:1] * (shards or 0)
     else:
-        shards = len(manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition))
+        points = manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition)
+        shards = len(points)
     price_key = settings.pools[pool].price_key
-    ns, usd = estimate_job(m.estimate.node_seconds_per_shard, shards or 0, m.resources.ranks, price_key, m.spot)
+    ns, usd = _estimate(storage, m, pool, points, settings)
     if shards and m.budget_usd is not None and usd > m.budget_usd:
         raise InputRejected(f"incoming/{name}: estimated cost ${usd:.2f} ({ns:.0f} node-seconds on {price_key}) "
                             f"exceeds the budget ${m.budget_usd:.2f}", field="budget_usd")
     return Plan(name, m.payload, pool, shards, ns, usd, price_key, m.spot, m.budget_usd)
+
+
+def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings) -> tuple[float, float]:
+    """(node-seconds, USD) as ingest will estimate them: the pool's price and spot share, node time
+    learned from earlier results where the account has them (upwell.ops.estimate)."""
+    from upwell.ledger import Ledger
+    from upwell.ops import estimate as est
+
+    history = est.learn(Ledger(storage), m.payload, pool) if storage is not None else est.History()
+    e = est.estimate(points, history=history, manifest_s=m.estimate.node_seconds_per_shard,
+                     price_key=settings.pools[pool].price_key, spot_allowed=bool(m.spot),
+                     pool_spot_share=settings.pools[pool].spot_share, ranks=m.resources.ranks, gpus=m.resources.gpus)
+    return e.node_seconds, e.usd
 
 
 def _data_shards(storage: Storage | None, name: str, m, uploading: dict[str, Path], settings) -> int | None:
@@ -138,10 +153,21 @@ def submit(storage: Storage, paths: list[Path], prefix: str = "") -> list[Upload
             check_name(name)
             with open(local, "rb") as fh:
                 blob = storage.blob(names.INCOMING, name)
-                props = blob.upload_blob(fh, overwrite=True)
+                props = blob.upload_blob(fh, overwrite=True, metadata={"uploaded_by": uploader()})
             job = None if is_manifest_input(name) and not is_manifest(name) else job_id_for(name, props["etag"])
             out.append(Uploaded(local, name, job))
     return out
+
+
+def uploader() -> str:
+    """Who uploads, for the job's owner when its manifest names none: UPWELL_OWNER, else the login name."""
+    import getpass
+    import os
+
+    try:
+        return os.environ.get("UPWELL_OWNER") or getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def push_rules(storage: Storage, paths: list[Path]) -> list[str]:

@@ -96,9 +96,10 @@ def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
 
 
 def tags(spec: PoolSpec) -> dict[str, str]:
-    """Tags on every resource a backend creates; ``upwell-pool`` is how it finds its own."""
-    return {"upwell-pool": spec.name, "upwell-backend": spec.backend,
-            **{str(k): str(v) for k, v in (spec.options.get("tags") or {}).items()}}
+    """Tags on every resource a backend creates (upwell.ops.tags); ``upwell-pool`` is how it finds its own."""
+    from upwell.ops.tags import pool_tags
+
+    return pool_tags(spec.name, spec.backend, spec.options)
 
 
 def busy_set(busy: Busy) -> set[str] | None:

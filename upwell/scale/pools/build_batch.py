@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from upwell.ops import tags as ops_tags
 from upwell.payloads.argv import ContainerRun
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools.base import PoolSpec
@@ -103,7 +104,9 @@ def pool_body(spec: PoolSpec) -> dict[str, Any]:
         "taskSlotsPerNode": 1 if is_mpi(spec) else max(spec.tasks_per_node, 1),
         "taskSchedulingPolicy": {"nodeFillType": "Pack"},
         "startTask": start_task(spec),
-        "metadata": [{"name": "upwell-pool", "value": spec.name}],
+        "metadata": ops_tags.metadata(az.tags(spec)),
+        # Batch copies these onto the VMs, disks and NICs it makes (user-subscription accounts).
+        "resourceTags": az.tags(spec),
     }
     if spec.options.get("subnet_id"):
         props["networkConfiguration"] = {"subnetId": str(spec.options["subnet_id"])}
@@ -175,6 +178,27 @@ def mpi_task(spec: PoolSpec, task_id: str, command: str, instances: int, *,
         required_slots=1)
 
 
+def batch_job_id(job_id: str) -> str:
+    """A Batch job id for an upwell job: at most 64 of letters, digits, '-' and '_'."""
+    import re
+
+    return ("upwell-" + re.sub(r"[^A-Za-z0-9_-]", "-", job_id))[:64]
+
+
+def job_options(spec: PoolSpec, job_id: str, *, project: str, owner: str, max_wall_clock_s: float | None = None):
+    """A Batch job for one upwell job on this pool: tagged (metadata), ends when its tasks do, and
+    Batch itself stops it after the job's max wall-clock (the kill switch on Batch's side)."""
+    from azure.batch import models as m
+
+    constraints = None
+    if max_wall_clock_s:
+        constraints = m.BatchJobConstraints(max_wall_clock_time=timedelta(seconds=float(max_wall_clock_s)))
+    meta = ops_tags.metadata({**az.tags(spec), **ops_tags.job_tags(job_id, project=project, owner=owner)})
+    return m.BatchJobCreateOptions(
+        id=batch_job_id(job_id), display_name=f"upwell {job_id}"[:1024],
+        pool_info=m.BatchPoolInfo(pool_id=pool_id(spec)), constraints=constraints,
+        all_tasks_complete_mode="terminatejob", uses_task_dependencies=False,
+        metadata=[m.BatchMetadataItem(name=i["name"], value=i["value"]) for i in meta])
 def payload_task(spec: PoolSpec, task_id: str, run: ContainerRun, env: dict[str, str] | None = None):
     """One payload command as a Batch task: the definition's image, its argv as the command line
     (POSIX-quoted; Batch starts it without a shell), in the image's work dir."""
