@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import azure.functions as func
+import azurefunctions.extensions.bindings.blob as blob_sdk
 
 from handlers import context
 from upwell import names
@@ -12,9 +13,9 @@ bp = func.Blueprint()
 
 
 @bp.function_name("ingest")
-@bp.blob_trigger(arg_name="blob", path=f"{names.INCOMING}/{{name}}", connection=names.CONNECTION,
+@bp.blob_trigger(arg_name="client", path=f"{names.INCOMING}/{{name}}", connection=names.CONNECTION,
                  source=func.BlobSource.EVENT_GRID)
-def ingest(blob: func.InputStream) -> None:
-    name = context.blob_name(blob.name, names.INCOMING)
+def ingest(client: blob_sdk.BlobClient) -> None:
+    # An SDK client, not an InputStream: nothing is downloaded before validation decides to read it.
     # Transient storage errors raise, so the host retries; bad input is quarantined inside.
-    Ingestor(context.storage(), context.settings()).ingest(name)
+    Ingestor(context.storage(), context.settings()).ingest(client.blob_name)

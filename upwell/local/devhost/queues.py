@@ -88,12 +88,14 @@ class QueueListener:
     State: the number of messages in flight (under a condition), and the wake event.
     """
 
-    def __init__(self, spec: FunctionSpec, queue: str, *, storage: Storage, invoker: Invoker,
+    def __init__(self, spec: FunctionSpec | None, queue: str, *, storage: Storage, invoker: Invoker,
                  settings: QueueSettings, codec: MessageCodec, renewer: Renewer, stopping: threading.Event,
                  lease_s: int = LEASE_S) -> None:
         self.spec, self.queue, self.storage, self.invoker = spec, queue, storage, invoker
         self.settings, self.codec, self.renewer, self.stopping = settings, codec, renewer, stopping
         self.lease_s = lease_s
+        self.label = spec.name if spec is not None else queue
+        self.poison_target = poison_queue(queue)
         self.client = storage.queue(queue)
         self.in_flight = 0
         self._cond = threading.Condition()
@@ -139,7 +141,7 @@ class QueueListener:
             try:
                 got = self.poll(submit)
             except Exception as exc:  # storage down or throttled: log, back off, go on
-                log.warning("queue receive failed", function=self.spec.name, queue=self.queue,
+                log.warning("queue receive failed", function=self.label, queue=self.queue,
                             error=f"{type(exc).__name__}: {exc}")
                 got = 0
             if got:
@@ -156,7 +158,7 @@ class QueueListener:
         try:
             self._settle(leased)
         except Exception as exc:
-            log.warning("queue message bookkeeping failed", function=self.spec.name, queue=self.queue,
+            log.warning("queue message bookkeeping failed", function=self.label, queue=self.queue,
                         message_id=message.id, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.renewer.remove(renewal)
@@ -183,8 +185,8 @@ class QueueListener:
             leased.release(self.settings.visibility_timeout)
 
     def _poison(self, leased: Leased) -> None:
-        target = poison_queue(self.queue)
+        target = self.poison_target
         self.storage.send(target, leased.message.content or "")
         leased.delete()
-        log.error("message moved to poison", function=self.spec.name, queue=self.queue, poison_queue=target,
+        log.error("message moved to poison", function=self.label, queue=self.queue, poison_queue=target,
                   message_id=leased.message.id, dequeue_count=leased.message.dequeue_count)
