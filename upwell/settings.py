@@ -88,6 +88,10 @@ class Settings:
     image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE (NCRONTAB, every 5 min)
+    reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
+    reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
+    reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -102,10 +106,15 @@ class Settings:
             kw["pools"] = parse_pools(env["UPWELL_POOLS"], env)
         if env.get("UPWELL_SCALE_SCHEDULE"):
             kw["scale_schedule"] = env["UPWELL_SCALE_SCHEDULE"]
+        if env.get("UPWELL_RECONCILE_SCHEDULE"):
+            kw["reconcile_schedule"] = env["UPWELL_RECONCILE_SCHEDULE"]
         for name, var in (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
                           ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"),
                           ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
-                          ("max_concurrency", "UPWELL_MAX_CONCURRENCY")):
+                          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"),
+                          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"),
+                          ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
+                          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES")):
             if env.get(var):
                 try:
                     kw[name] = int(env[var])

@@ -105,7 +105,9 @@ def start_azurite(root: Path, ports: tuple[int, int, int] | None = None) -> Azur
 def environment(stack_root: Path, connection: str, **extra: str) -> dict[str, str]:
     return {names.CONNECTION: connection, "UPWELL_STATE_DIR": str(stack_root / "pools"),
             "UPWELL_SCRATCH": str(stack_root / "scratch"), "UPWELL_POOLS": pools(),
-            "UPWELL_SCALE_SCHEDULE": "*/2 * * * * *", "UPWELL_IDLE_EXIT_S": "30", "UPWELL_LEASE_S": "6",
+            "UPWELL_SCALE_SCHEDULE": "*/2 * * * * *",
+            "UPWELL_RECONCILE_SCHEDULE": "*/5 * * * * *", "UPWELL_RECONCILE_GRACE_S": "4",
+            "UPWELL_IDLE_EXIT_S": "30", "UPWELL_LEASE_S": "6",
             "AzureFunctionsWebHost__hostid": "faults", **extra}
 
 

@@ -114,6 +114,12 @@ def status(job: str = typer.Argument(None, help="a job id; all jobs when omitted
                       str(r.get("shards_done") or 0), str(r.get("shards_failed") or 0), str(r.get("shards_total") or 0),
                       f"{float(r.get('spent_usd') or 0):.4f}", (r.get("message") or "")[:60])
     console.print(table)
+    from upwell.cli.ops import print_actions
+    from upwell.ops.reconcile import recent_actions
+
+    actions = recent_actions(storage, limit=10)
+    if actions:
+        print_actions(actions, "reconciler: latest actions")
 
 
 def _print_job(st: dict) -> None:

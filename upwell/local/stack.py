@@ -21,6 +21,7 @@ from upwell.storage import Storage
 
 REPO = REPO
 DEFAULT_SCHEDULE = "*/3 * * * * *"
+RECONCILE_SCHEDULE = "0 */5 * * * *"  # as on Azure (bicep reconcileSchedule)
 
 
 class LocalStack:
@@ -38,6 +39,7 @@ class LocalStack:
         self.env = {**(os.environ if env is None else env), names.CONNECTION: self.connection_string,
                     "UPWELL_STATE_DIR": str(self.root / "pools")}
         self.env.setdefault("UPWELL_SCALE_SCHEDULE", DEFAULT_SCHEDULE)
+        self.env.setdefault("UPWELL_RECONCILE_SCHEDULE", RECONCILE_SCHEDULE)
         if not quiet and sys.stderr.isatty():
             self.env.setdefault("UPWELL_LOG_FORMAT", "console")
         self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), self.env.get("PYTHONPATH", "")]))
