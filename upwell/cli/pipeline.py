@@ -50,6 +50,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         if stopping.is_set():
             return
         stack.start_devhost()
+        stack.wait_subscribed()
         _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
              f"http://127.0.0.1:{http_port}/api/jobs")
         _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "

@@ -66,9 +66,33 @@ class LocalStack:
         if out:
             out.close()
 
+    def wait_subscribed(self, timeout: float = 60.0) -> bool:
+        """Wait until the devhost's event publisher has created its Event Grid subscriptions.
+
+        An upload before that gets no event (as on Azure, where the reconciler then finds it), so
+        ``up`` and ``demo`` say ready only after it. False when the devhost exited or time ran out."""
+        import time
+
+        from upwell.local.devhost.config import Settings as HostSettings
+        from upwell.local.devhost.host import default_host_id
+
+        host_id = default_host_id(HostSettings(self.env))
+        wanted = {f"{host_id}/blob-{fn}.json" for fn in ("ingest", "collect")}
+        container = self.storage.container(names.LOCAL_EVENTGRID_STATE)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive():
+            try:
+                if wanted <= {b.name for b in container.list_blobs(name_starts_with=f"{host_id}/")}:
+                    return True
+            except Exception:  # noqa: BLE001 - the container appears with the first subscription
+                pass
+            time.sleep(0.3)
+        return False
+
     def start(self) -> LocalStack:
         self.start_storage()
         self.start_devhost()
+        self.wait_subscribed()
         return self
 
     def stop_devhost(self, timeout: float = 20.0) -> None:
