@@ -81,9 +81,6 @@ param vmssPriority string = 'Spot'
 @description('Run the cpu pool on Azure Container Instances (the scaler creates the groups). Ignored when enableVmss is true.')
 param enableAci bool = false
 
-@description('Create the Event Grid subscriptions for the blob triggers. They need the function code deployed first: the azd postdeploy hook deploys them and then sets this to true.')
-param enableEventSubscriptions bool = false
-
 param cpuVmSize string = 'Standard_D4s_v5'
 @minValue(0)
 param cpuMaxNodes int = 10
@@ -125,6 +122,10 @@ param storageSku string = 'Standard_ZRS'
 @minValue(1)
 @maxValue(1000)
 param functionMaxInstances int = 40
+
+@minValue(0)
+@description('Always-ready instances for the blob trigger group; 0 scales from zero (Event Grid deliveries start it).')
+param functionBlobAlwaysReady int = 0
 
 @description('NCRONTAB schedule of the scale function.')
 param scaleSchedule string = '*/30 * * * * *'
@@ -227,7 +228,7 @@ var batchServiceOrchestrationRole = 'a35466a1-cfd6-450a-b35e-683fcdf30363'
 
 // ---------------------------------------------------------------- resources
 
-resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
+resource rg 'Microsoft.Resources/resourceGroups@2025-04-01' = {
   name: rgName
   location: location
   tags: tags
@@ -561,6 +562,7 @@ module functionApp 'modules/functionapp.bicep' = {
     appSettings: functionAppSettings
     subnetId: enablePrivateNetwork ? '${vnetId}/subnets/snet-app' : ''
     maximumInstanceCount: functionMaxInstances
+    blobAlwaysReady: functionBlobAlwaysReady
   }
   dependsOn: [
     network
@@ -602,20 +604,12 @@ module eventTopic 'modules/eventtopic.bicep' = {
   }
 }
 
-module events 'modules/events.bicep' = if (enableEventSubscriptions) {
-  name: 'events'
-  scope: rg
-  params: {
-    systemTopicName: eventTopic.outputs.name
-    functionAppName: functionApp.outputs.name
-    storageAccountName: storage.outputs.name
-    deadLetterContainerName: deadLetterContainerName
-    blobTriggers: blobTriggers
-  }
-  dependsOn: [
-    rbac
-  ]
-}
+// The Event Grid subscriptions (modules/events.bicep) are deliberately not part
+// of this template: their webhook needs the Functions blobs_extension system key,
+// which exists only after the code is deployed and the host has started. Only
+// bicep/hooks/postdeploy.sh deploys them, after it has seen the functions listed
+// and the key present. A later provision (incremental mode) leaves them in place;
+// a provision into an empty resource group never tries to create them early.
 
 module budget 'modules/budget.bicep' = {
   name: 'budget'

@@ -1,10 +1,15 @@
 #!/bin/sh
 # azd postdeploy hook (azure.yaml): create the Event Grid subscriptions that feed
-# the blob-triggered functions (bicep/modules/events.bicep). Event Grid validates
-# the webhook when a subscription is created, and the Functions host publishes
-# its blobs_extension system key only once the code is running, so this runs
-# after `azd deploy` and retries while the host starts. The key is read by ARM
-# (listKeys in the template); it never passes through this script. Idempotent.
+# the blob-triggered functions (bicep/modules/events.bicep). This is the only
+# place they are created: main.bicep never deploys them, so a provision into an
+# empty resource group cannot create a subscription before the code exists.
+#
+# Event Grid validates the webhook when a subscription is created, and the
+# Functions host creates its blobs_extension system key only once the code is
+# running. So this waits until (1) every blob-triggered function is listed and
+# (2) the key exists, and only then deploys the template. The key is read by ARM
+# (listKeys in the template); this script only asks whether it exists and never
+# sees its value. Idempotent: run it again after any re-provision.
 set -eu
 
 : "${AZURE_RESOURCE_GROUP:?run azd provision first}"
@@ -13,27 +18,47 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 template="$here/../modules/events.bicep"
+attempts=${UPWELL_POSTDEPLOY_ATTEMPTS:-10}
+pause=${UPWELL_POSTDEPLOY_WAIT_S:-30}
 
-# Any request starts a Flex Consumption host that has scaled to zero.
-curl -s -o /dev/null --max-time 60 "https://$AZURE_FUNCTION_APP_HOST/" || true
+# The function names from the UPWELL_BLOB_TRIGGERS output ([{function, container}, ...]).
+functions=$(printf '%s' "$UPWELL_BLOB_TRIGGERS" | tr ',{}' '\n\n\n' | sed -n 's/.*"function" *: *"\([^"]*\)".*/\1/p')
+[ -n "$functions" ] || { echo "postdeploy: UPWELL_BLOB_TRIGGERS names no function: $UPWELL_BLOB_TRIGGERS" >&2; exit 1; }
+
+# Succeeds when the code is deployed: every blob-triggered function is listed and
+# the blobs_extension system key exists (asked as a yes/no, never printed).
+code_ready() {
+  listed=$(az functionapp function list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
+             --query "[].name" -o tsv 2>/dev/null) || return 1
+  for fn in $functions; do
+    printf '%s\n' "$listed" | grep -qx "$AZURE_FUNCTION_APP_NAME/$fn" || { echo "postdeploy: $fn is not listed yet"; return 1; }
+  done
+  has_key=$(az functionapp keys list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
+              --query "systemKeys.blobs_extension != null" -o tsv 2>/dev/null) || return 1
+  [ "$has_key" = "true" ] || { echo "postdeploy: the blobs_extension key does not exist yet"; return 1; }
+}
 
 attempt=1
-while ! az deployment group create --only-show-errors --output none \
-    --resource-group "$AZURE_RESOURCE_GROUP" --name upwell-events --template-file "$template" \
-    --parameters systemTopicName="$EVENTGRID_SYSTEM_TOPIC_NAME" functionAppName="$AZURE_FUNCTION_APP_NAME" \
-                 storageAccountName="$AZURE_STORAGE_ACCOUNT" deadLetterContainerName="$EVENTGRID_DEADLETTER_CONTAINER" \
-                 blobTriggers="$UPWELL_BLOB_TRIGGERS"; do
-  if [ "$attempt" -ge 10 ]; then
+while :; do
+  # Any request starts a Flex Consumption host that has scaled to zero.
+  curl -s -o /dev/null --max-time 60 "https://$AZURE_FUNCTION_APP_HOST/" || true
+  if code_ready && az deployment group create --only-show-errors --output none \
+      --resource-group "$AZURE_RESOURCE_GROUP" --name upwell-events --template-file "$template" \
+      --parameters systemTopicName="$EVENTGRID_SYSTEM_TOPIC_NAME" functionAppName="$AZURE_FUNCTION_APP_NAME" \
+                   storageAccountName="$AZURE_STORAGE_ACCOUNT" deadLetterContainerName="$EVENTGRID_DEADLETTER_CONTAINER" \
+                   blobTriggers="$UPWELL_BLOB_TRIGGERS"; then
+    break
+  fi
+  if [ "$attempt" -ge "$attempts" ]; then
     echo "postdeploy: the event subscriptions could not be created. Check that the functions are listed" \
          "(az functionapp function list -g $AZURE_RESOURCE_GROUP -n $AZURE_FUNCTION_APP_NAME) and run" \
          "./bicep/hooks/postdeploy.sh again." >&2
     exit 1
   fi
-  echo "postdeploy: waiting for the Functions host and its blobs_extension key (attempt $attempt/10)"
+  echo "postdeploy: waiting for the Functions host and its blobs_extension key (attempt $attempt/$attempts)"
   attempt=$((attempt + 1))
-  sleep 30
+  sleep "$pause"
 done
 
-# Later `azd provision` runs keep the subscriptions (main.bicep deploys events.bicep).
-azd env set ENABLE_EVENT_SUBSCRIPTIONS true
 echo "postdeploy: Event Grid delivers BlobCreated events to the blob-triggered functions"
+echo "postdeploy: blobs uploaded before now had no event; the reconciler picks them up"

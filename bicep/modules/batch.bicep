@@ -46,7 +46,7 @@ var registry = {
   }
 }
 
-resource account 'Microsoft.Batch/batchAccounts@2024-07-01' = {
+resource account 'Microsoft.Batch/batchAccounts@2025-06-01' = {
   name: name
   location: location
   tags: tags
@@ -63,7 +63,7 @@ resource account 'Microsoft.Batch/batchAccounts@2024-07-01' = {
   }
 }
 
-resource batchPools 'Microsoft.Batch/batchAccounts/pools@2024-07-01' = [for p in pools: {
+resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in pools: {
   parent: account
   name: p.id
   tags: tags
@@ -87,10 +87,10 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2024-07-01' = [for p in
         value: p.pool
       }
     ]
-    targetNodeCommunicationMode: 'Simplified'
-    // Propagated to the VMs, disks and NICs Batch creates in this subscription,
-    // so the expiry tag finds them too.
-    resourceTags: tags
+    // From API 2025-06-01 pools have no targetNodeCommunicationMode (simplified,
+    // outbound-only communication is the only mode) and no resourceTags: the
+    // pool itself carries the tags above; the VMs, disks and NICs Batch creates
+    // for it are not tagged, and they go when the pool scales to zero.
     deploymentConfiguration: {
       virtualMachineConfiguration: {
         imageReference: imageReference

@@ -57,7 +57,7 @@ var notifications = {
   }
 }
 
-resource budget 'Microsoft.Consumption/budgets@2023-11-01' = {
+resource budget 'Microsoft.Consumption/budgets@2024-08-01' = {
   name: name
   properties: {
     category: 'Cost'

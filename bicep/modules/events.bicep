@@ -3,9 +3,9 @@
 // Event Grid blob trigger sample. The endpoint is the blobs extension webhook;
 // its `code` is the Functions *system* key `blobs_extension`, read here with
 // listKeys at deploy time so it never appears in code, settings or outputs.
-// That key exists only after the function code is deployed, so this template is
-// deployed after `azd deploy` (bicep/hooks/postdeploy.sh), or by main.bicep once
-// enableEventSubscriptions=true.
+// That key exists only after the function code is deployed, so only
+// bicep/hooks/postdeploy.sh deploys this template, once the functions are listed
+// and the key exists; main.bicep never does (tests/test_bicep.py checks both).
 
 param systemTopicName string
 param functionAppName string
@@ -15,22 +15,22 @@ param deadLetterContainerName string
 @description('Blob triggers: [{ function, container }]; the names must match the code (tests/test_names_consistency.py).')
 param blobTriggers array
 
-resource topic 'Microsoft.EventGrid/systemTopics@2022-06-15' existing = {
+resource topic 'Microsoft.EventGrid/systemTopics@2025-02-15' existing = {
   name: systemTopicName
 }
 
-resource site 'Microsoft.Web/sites@2024-04-01' existing = {
+resource site 'Microsoft.Web/sites@2025-03-01' existing = {
   name: functionAppName
 }
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
 
 // The Functions host's system key for the blobs extension webhook (not a storage key).
-var blobsExtensionKey = listKeys('${site.id}/host/default', '2024-04-01').systemKeys.blobs_extension
+var blobsExtensionKey = listKeys('${site.id}/host/default', '2025-03-01').systemKeys.blobs_extension
 
-resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2022-06-15' = [for t in blobTriggers: {
+resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2025-02-15' = [for t in blobTriggers: {
   parent: topic
   name: 'blob-${t.function}'
   properties: {

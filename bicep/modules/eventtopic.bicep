@@ -12,21 +12,21 @@ param deadLetterContainerName string
 // Storage Blob Data Contributor: Event Grid writes undeliverable events as blobs.
 var storageBlobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
 
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' existing = {
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-08-01' existing = {
   parent: storage
   name: 'default'
 }
 
-resource deadLetterContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = {
+resource deadLetterContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2025-08-01' existing = {
   parent: blobService
   name: deadLetterContainerName
 }
 
-resource topic 'Microsoft.EventGrid/systemTopics@2022-06-15' = {
+resource topic 'Microsoft.EventGrid/systemTopics@2025-02-15' = {
   name: name
   location: location
   tags: tags

@@ -32,7 +32,17 @@ param maximumInstanceCount int = 40
 ])
 param instanceMemoryMB int = 2048
 
-resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
+// Flex Consumption scales every function group from zero, the `blob` group
+// (Event Grid-sourced blob triggers) included: an Event Grid delivery to the
+// blobs extension webhook starts an instance, and a delivery that times out
+// during a cold start is retried by Event Grid. Always-ready instances are
+// optional (default 0) and only cut that cold-start latency, at a cost for every
+// hour they exist. See docs/deploy.md, "Cold starts and always-ready instances".
+@minValue(0)
+@description('Always-ready instances for the blob trigger group (ingest, collect); 0 = scale from zero.')
+param blobAlwaysReady int = 0
+
+resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   // checkov:skip=CKV_AZURE_225: Flex Consumption zone redundancy exists only in some regions and would make the template fail elsewhere; the functions keep no state (it is in ZRS storage) and Event Grid retries for 24 h.
   name: planName
   location: location
@@ -47,10 +57,10 @@ resource plan 'Microsoft.Web/serverfarms@2024-04-01' = {
   }
 }
 
-resource site 'Microsoft.Web/sites@2024-04-01' = {
+resource site 'Microsoft.Web/sites@2025-03-01' = {
   // checkov:skip=CKV_AZURE_222: Event Grid delivers blob events to the blobs extension webhook over the internet, so the app needs a public endpoint; the webhook is authenticated by the Functions system key.
   // checkov:skip=CKV_AZURE_17: Event Grid webhook delivery cannot present a client certificate.
-  // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero by design; always-ready instances cost money around the clock and a missed event is retried by Event Grid.
+  // checkov:skip=CKV_AZURE_212: Flex Consumption scales from zero by design and Event Grid deliveries start the blob group; always-ready instances are optional (blobAlwaysReady) and cost money around the clock.
   // checkov:skip=CKV_AZURE_213: The App Service health check does not apply to Flex Consumption (no fixed instance set to rotate); the host's health is in Application Insights.
   name: appName
   location: location
@@ -98,6 +108,12 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
       scaleAndConcurrency: {
         maximumInstanceCount: maximumInstanceCount
         instanceMemoryMB: instanceMemoryMB
+        alwaysReady: blobAlwaysReady > 0 ? [
+          {
+            name: 'blob'
+            instanceCount: blobAlwaysReady
+          }
+        ] : []
       }
       runtime: {
         name: 'python'
@@ -107,7 +123,7 @@ resource site 'Microsoft.Web/sites@2024-04-01' = {
   }
 }
 
-resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
   parent: site
   name: 'ftp'
   properties: {
@@ -115,7 +131,7 @@ resource ftpPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-
   }
 }
 
-resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2024-04-01' = {
+resource scmPolicy 'Microsoft.Web/sites/basicPublishingCredentialsPolicies@2025-03-01' = {
   parent: site
   name: 'scm'
   properties: {

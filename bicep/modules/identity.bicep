@@ -14,13 +14,13 @@ param location string
 @description('Tags applied to every resource (project, owner, environment, expiry).')
 param tags object
 
-resource functionIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+resource functionIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
   name: functionIdentityName
   location: location
   tags: tags
 }
 
-resource workerIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' = {
+resource workerIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' = {
   name: workerIdentityName
   location: location
   tags: tags

@@ -18,7 +18,7 @@ param softDeleteRetentionInDays int = 7
 // here in user-subscription mode and needs to set, get and delete secrets.
 var keyVaultSecretsOfficer = 'b86a8fe4-44ce-4948-aee5-eccb2c155cd7'
 
-resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
+resource vault 'Microsoft.KeyVault/vaults@2025-05-01' = {
   // checkov:skip=CKV_AZURE_109: The Batch service (user-subscription mode) must reach this vault; the vault stores none of our secrets and allows only RBAC, with one role assignment (the Batch service principal).
   // checkov:skip=CKV_AZURE_189: Same reason as CKV_AZURE_109: the Batch service reaches the vault over its public endpoint.
   name: name

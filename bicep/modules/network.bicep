@@ -81,7 +81,7 @@ var aciSubnetDef = {
   }
 }
 
-resource workersNsg 'Microsoft.Network/networkSecurityGroups@2024-05-01' = {
+resource workersNsg 'Microsoft.Network/networkSecurityGroups@2025-09-01' = {
   name: 'nsg-${vnetName}'
   location: location
   tags: tags
@@ -92,7 +92,7 @@ resource workersNsg 'Microsoft.Network/networkSecurityGroups@2024-05-01' = {
   }
 }
 
-resource natIp 'Microsoft.Network/publicIPAddresses@2024-05-01' = if (natGateway) {
+resource natIp 'Microsoft.Network/publicIPAddresses@2025-09-01' = if (natGateway) {
   name: 'pip-nat-${vnetName}'
   location: location
   tags: tags
@@ -104,7 +104,7 @@ resource natIp 'Microsoft.Network/publicIPAddresses@2024-05-01' = if (natGateway
   }
 }
 
-resource nat 'Microsoft.Network/natGateways@2024-05-01' = if (natGateway) {
+resource nat 'Microsoft.Network/natGateways@2025-09-01' = if (natGateway) {
   name: 'nat-${vnetName}'
   location: location
   tags: tags
@@ -121,7 +121,7 @@ resource nat 'Microsoft.Network/natGateways@2024-05-01' = if (natGateway) {
   }
 }
 
-resource vnet 'Microsoft.Network/virtualNetworks@2024-05-01' = {
+resource vnet 'Microsoft.Network/virtualNetworks@2025-09-01' = {
   name: vnetName
   location: location
   tags: tags

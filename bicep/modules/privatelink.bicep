@@ -13,17 +13,17 @@ var services = [
   'table'
 ]
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
 
-resource zones 'Microsoft.Network/privateDnsZones@2020-06-01' = [for s in services: {
+resource zones 'Microsoft.Network/privateDnsZones@2024-06-01' = [for s in services: {
   name: 'privatelink.${s}.${environment().suffixes.storage}'
   location: 'global'
   tags: tags
 }]
 
-resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2020-06-01' = [for (s, i) in services: {
+resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2024-06-01' = [for (s, i) in services: {
   parent: zones[i]
   name: 'link-${s}'
   location: 'global'
@@ -36,7 +36,7 @@ resource links 'Microsoft.Network/privateDnsZones/virtualNetworkLinks@2020-06-01
   }
 }]
 
-resource endpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [for s in services: {
+resource endpoints 'Microsoft.Network/privateEndpoints@2025-09-01' = [for s in services: {
   name: 'pe-${storageAccountName}-${s}'
   location: location
   tags: tags
@@ -58,7 +58,7 @@ resource endpoints 'Microsoft.Network/privateEndpoints@2024-05-01' = [for s in s
   }
 }]
 
-resource zoneGroups 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2024-05-01' = [for (s, i) in services: {
+resource zoneGroups 'Microsoft.Network/privateEndpoints/privateDnsZoneGroups@2025-09-01' = [for (s, i) in services: {
   parent: endpoints[i]
   name: 'default'
   properties: {

@@ -61,15 +61,15 @@ var managedIdentityOperator = 'f1a07417-d97a-45cb-824c-7a7467783830'
 // instances, on the one scale set.
 var virtualMachineContributor = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' existing = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
 
-resource registry 'Microsoft.ContainerRegistry/registries@2023-07-01' existing = {
+resource registry 'Microsoft.ContainerRegistry/registries@2025-04-01' existing = {
   name: registryName
 }
 
-resource batch 'Microsoft.Batch/batchAccounts@2024-07-01' existing = {
+resource batch 'Microsoft.Batch/batchAccounts@2025-06-01' existing = {
   name: batchAccountName
 }
 
@@ -77,11 +77,11 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: applicationInsightsName
 }
 
-resource workerIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2023-01-31' existing = {
+resource workerIdentity 'Microsoft.ManagedIdentity/userAssignedIdentities@2024-11-30' existing = {
   name: workerIdentityName
 }
 
-resource scaleSet 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' existing = if (enableVmss) {
+resource scaleSet 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' existing = if (enableVmss) {
   name: vmssName
 }
 
@@ -173,7 +173,7 @@ resource functionAssignsWorker 'Microsoft.Authorization/roleAssignments@2022-04-
   }
 }
 
-resource vnet 'Microsoft.Network/virtualNetworks@2024-05-01' existing = if (enableVmss) {
+resource vnet 'Microsoft.Network/virtualNetworks@2025-09-01' existing = if (enableVmss) {
   name: vnetName
 }
 

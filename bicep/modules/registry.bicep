@@ -13,7 +13,7 @@ param tags object
 ])
 param sku string = 'Standard'
 
-resource registry 'Microsoft.ContainerRegistry/registries@2023-07-01' = {
+resource registry 'Microsoft.ContainerRegistry/registries@2025-04-01' = {
   // checkov:skip=CKV_AZURE_139: Private registry access needs the Premium SKU and private endpoints; pulls already require Entra ID (AcrPull, no admin user, no anonymous pull). registrySku=Premium allows it.
   // checkov:skip=CKV_AZURE_166: Image quarantine is a Premium-SKU preview feature; images come only from `az acr build` of this repository and the app accepts only allowlisted repositories (UPWELL_IMAGE_ALLOWLIST).
   name: name

@@ -41,7 +41,7 @@ param privateOnly bool = false
 @description('Log Analytics workspace that receives the storage read/write/delete logs.')
 param logAnalyticsId string
 
-resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
+resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' = {
   // checkov:skip=CKV_AZURE_35: Researchers upload with Storage Explorer from their own networks, so the endpoint is public by default (Entra ID only: no keys, no SAS, no anonymous access). enablePrivateNetwork=true sets defaultAction Deny and adds private endpoints.
   // checkov:skip=CKV_AZURE_206: The default is ZRS (three zones in the region). Geo-replication roughly doubles the storage bill; results can be recomputed and inputs have an owner copy. storageSku allows GRS/GZRS/RA-GZRS.
   name: name
@@ -95,7 +95,7 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   }
 }
 
-resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01' = {
+resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-08-01' = {
   parent: storage
   name: 'default'
   properties: {
@@ -110,7 +110,7 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2023-05-01'
   }
 }
 
-resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' = [for c in concat(containerNames, infraContainerNames): {
+resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2025-08-01' = [for c in concat(containerNames, infraContainerNames): {
   parent: blobService
   name: c
   properties: {
@@ -118,22 +118,22 @@ resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2
   }
 }]
 
-resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2023-05-01' = {
+resource queueService 'Microsoft.Storage/storageAccounts/queueServices@2025-08-01' = {
   parent: storage
   name: 'default'
 }
 
-resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2023-05-01' = [for q in queueNames: {
+resource queues 'Microsoft.Storage/storageAccounts/queueServices/queues@2025-08-01' = [for q in queueNames: {
   parent: queueService
   name: q
 }]
 
-resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2023-05-01' = {
+resource tableService 'Microsoft.Storage/storageAccounts/tableServices@2025-08-01' = {
   parent: storage
   name: 'default'
 }
 
-resource tables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' = [for t in tableNames: {
+resource tables 'Microsoft.Storage/storageAccounts/tableServices/tables@2025-08-01' = [for t in tableNames: {
   parent: tableService
   name: t
 }]

@@ -33,7 +33,7 @@ param storageAccountName string
 var spot = priority == 'Spot'
 var cloudInit = replace(replace(replace(replace(replace(replace(replace(loadTextContent('vmss-cloud-init.yaml'), '__STORAGE_ACCOUNT__', storageAccountName), '__VM_SIZE__', vmSize), '__CLIENT_ID__', workerClientId), '__POOL__', poolName), '__ACR__', registryLoginServer), '__IMAGE__', image), '__SPOT__', spot ? '1' : '0')
 
-resource scaleSet 'Microsoft.Compute/virtualMachineScaleSets@2024-07-01' = {
+resource scaleSet 'Microsoft.Compute/virtualMachineScaleSets@2024-11-01' = {
   // checkov:skip=CKV_AZURE_95: Nodes are short-lived spot workers built from the latest Ubuntu image at each scale-out; automatic OS upgrades need a health extension and rolling upgrades that would evict running shards.
   // checkov:skip=CKV_AZURE_97: Encryption at host needs the subscription feature Microsoft.Compute/EncryptionAtHost registered first; managed disks are encrypted at rest by the platform and the nodes hold only transient shard data.
   name: name
