@@ -173,3 +173,16 @@ def test_the_timer_function_is_registered_on_its_schedule():
     spec = {s.name: s for s in load_functions("function_app:app", Path(__file__).parent.parent)}["reconcile"]
     assert spec.trigger["type"] == "timerTrigger" and spec.trigger["schedule"] == "%UPWELL_RECONCILE_SCHEDULE%"
     assert Settings().reconcile_schedule == "0 */5 * * * *"
+
+
+def test_a_terminal_job_without_a_report_gets_its_report_message_again(store):
+    job_id = f"unreported-{uuid.uuid4().hex[:8]}"
+    Ledger(store).create_job({"job_id": job_id, "status": "succeeded", "finished_at": "2020-01-01T00:00:00+00:00",
+                              "shards_total": 1, "shards_done": 1, "shards_failed": 0})
+    store.queue(names.REPORT_QUEUE).clear_messages()
+    result = Reconciler(store, settings()).run()
+    assert [(a.kind, a.target, a.outcome) for a in result.actions if a.kind == "unreported_job"] == [
+        ("unreported_job", job_id, "requeued")]
+    assert [json.loads(m.content) for m in store.queue(names.REPORT_QUEUE).peek_messages()] == [{"job_id": job_id}]
+    Ledger(store).update_job(job_id, reported=True)
+    assert Reconciler(store, settings()).run().count("unreported_job") == 0

@@ -41,7 +41,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from upwell import logs, names
 from upwell.errors import RedriveExhausted
 from upwell.ingest.ingestor import Ingestor, is_manifest, is_manifest_input, job_id_for
-from upwell.ledger import Ledger
+from upwell.ledger import TERMINAL_JOB, Ledger
 from upwell.results.collect import RESULT_NAME, collect
 from upwell.results.publish import reconcile as requeue_reports
 from upwell.settings import Settings
@@ -53,6 +53,7 @@ STATE_ROW = "state"
 TERMINAL_SHARD = ("succeeded", "failed")
 ACTIVE_JOB = ("accepted", "running")  # jobs whose shards may still be collected
 POISON_LEASE_S = 120
+REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
 
 
 @dataclass(frozen=True)
@@ -248,11 +249,21 @@ class Reconciler:
     # -- reports -------------------------------------------------------------------------------------
 
     def _reports(self, result: Pass, state: dict, redrives: dict) -> None:
+        """Terminal jobs without a report, among the job rows changed since the last pass (less an hour;
+        the first pass looks at all). A report claim or a finish changes the row, so none is missed."""
         if self.dry_run:
             return
+        now, last = self.clock(), float(state.get("last_pass") or 0.0)
+        since = dt.datetime.fromtimestamp(max(last - REPORT_MARGIN_S, 0.0), dt.UTC)
+        rows = self.table_jobs().query_entities("RowKey eq @job and Timestamp ge @since",
+                                                parameters={"job": names.JOB_ROW, "since": since})
         stale = min(60.0, float(self.settings.reconcile_grace_s))
-        for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale):
+        pending = [dict(r) for r in rows if not r.get("reported")]
+        for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale, jobs=pending):
             self._act(result, Action("unreported_job", job_id, "requeued"))
+        waiting = [j for j in pending if j.get("status") in TERMINAL_JOB and j.get("status") != "rejected"]
+        # A job still waiting for its report keeps the window where it was until it is reported.
+        state["last_pass"] = last if waiting else now
 
     # -- Event Grid dead letters and poisoned blob-trigger messages ------------------------------------
 
