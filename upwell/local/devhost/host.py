@@ -276,6 +276,10 @@ class DevHost:
         if self.blob_queue is not None:
             self._spawn("blob-queue", self.blob_queue.run, self._tracker.submitter(self._blob_pool))
         if self.publisher is not None:
+            try:  # the subscriptions exist before start() returns, so an upload right after gets its event
+                self.publisher.subscribe()
+            except Exception as exc:  # storage down: the publisher loop subscribes later
+                log.warning("event subscriptions not created yet", error=f"{type(exc).__name__}: {exc}")
             self._spawn("eventgrid", self._publisher_loop, self.publisher)
         for blobs in self.blob_listeners:
             self._spawn(f"blob-{blobs.spec.name}", self._blob_loop, blobs)

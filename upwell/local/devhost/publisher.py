@@ -220,6 +220,12 @@ class Publisher:
 
     # -- publishing ---------------------------------------------------------------------------
 
+    def subscribe(self) -> bool:
+        """Create every subscription that does not exist yet (handshake); True when all exist."""
+        for sub, _ in self.subscriptions:
+            self._open(sub)
+        return self.subscribed
+
     def scan(self) -> int:
         """List each subscribed container and publish what is new; returns how many events were published."""
         published = 0
