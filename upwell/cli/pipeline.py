@@ -207,11 +207,15 @@ def report(job: str = typer.Argument(..., help="job id")) -> None:
 
 
 def demo(timeout: float = typer.Option(900.0, help="seconds to wait for all reports"),
-         samples: Path = typer.Option(REPO / "samples", help="the samples folder")) -> None:
+         samples: Path = typer.Option(REPO / "samples", help="the samples folder"),
+         http_port: int = typer.Option(7071, help="port of the devhost's HTTP triggers and blobs webhook"),
+         blob_port: int = typer.Option(10000, help="Azurite blob port (queue and table: the next two)")) -> None:
     """Start everything, submit every sample, watch them, save each report and print the paths."""
     from upwell.local.demo import run_demo
 
-    raise typer.Exit(run_demo(samples, STATE, timeout, console, watch_jobs, fetch_report))
+    ports = (blob_port, blob_port + 1, blob_port + 2)
+    raise typer.Exit(run_demo(samples, STATE, timeout, console, watch_jobs, fetch_report,
+                              ports=ports, http_port=http_port))
 
 
 def register(app: typer.Typer) -> None:

@@ -21,12 +21,16 @@ def sample_uploads(samples: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return rules, uploads
 
 
-def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fetch_report) -> int:
-    stack = LocalStack(state, quiet=True)
+def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fetch_report, *,
+             ports: tuple[int, int, int] | None = None, http_port: int = 7071) -> int:
+    stack = LocalStack(state, quiet=True, http_port=http_port, **({"ports": ports} if ports else {}))
     os.environ[names.CONNECTION] = stack.connection_string
     console.print("[bold]upwell demo[/]: starting Azurite and the local Functions host ...")
     try:
         stack.start()
+        if not stack.alive():
+            console.print(f"[red]the local Functions host did not start[/]: see {state / 'logs' / 'devhost.log'}")
+            return 1
         rules, uploads = sample_uploads(samples)
         for r in push_rules(stack.storage, rules):
             console.print(f"  rule pipelines/{r}")

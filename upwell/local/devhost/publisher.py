@@ -281,8 +281,7 @@ class Publisher:
         for _ in range(copies):
             delay = self.rng.uniform(0, faults.delay) if faults.delay else 0.0
             wrong_key = bool(faults.fail_401 and self.rng.random() < faults.fail_401)
-            self._push(Delivery(now + delay, next(self._seq), sub, dict(event, id=str(uuid.uuid4())), now,
-                                wrong_key=wrong_key))
+            self._push(Delivery(now + delay, next(self._seq), sub, dict(event), now, wrong_key=wrong_key))
 
     def _push(self, delivery: Delivery) -> None:
         with self._lock:
