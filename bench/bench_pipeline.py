@@ -18,13 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from upwell import names  # noqa: E402
-from upwell.ingest.ingestor import Ingestor  # noqa: E402
+from upwell import names
+from upwell.ingest.ingestor import Ingestor
 from upwell.local import azurite
-from upwell.results.collect import collect  # noqa: E402
-from upwell.settings import Settings  # noqa: E402
-from upwell.storage import Storage  # noqa: E402
-from workers.agent import Agent, AgentConfig  # noqa: E402
+from upwell.results.collect import collect
+from upwell.settings import Settings
+from upwell.storage import Storage
+from workers.agent import Agent, AgentConfig
 
 
 def bare_queue(store: Storage, n: int) -> float:

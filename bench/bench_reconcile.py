@@ -25,15 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from azure.core.exceptions import AzureError  # noqa: E402
+from azure.core.exceptions import AzureError
 
-from upwell import names  # noqa: E402
-from upwell.ingest.ingestor import job_id_for  # noqa: E402
-from upwell.ledger import Ledger  # noqa: E402
-from upwell.local import azurite  # noqa: E402
-from upwell.ops.reconcile import Reconciler  # noqa: E402
-from upwell.settings import Settings  # noqa: E402
-from upwell.storage import Storage  # noqa: E402
+from upwell import names
+from upwell.ingest.ingestor import job_id_for
+from upwell.ledger import Ledger
+from upwell.local import azurite
+from upwell.ops.reconcile import Reconciler
+from upwell.settings import Settings
+from upwell.storage import Storage
 
 
 def setup(store: Storage, n: int, threads: int) -> list[str]:

@@ -16,4 +16,5 @@ bp = func.Blueprint()
 @bp.blob_trigger(arg_name="client", path=f"{names.RESULTS}/{{name}}", connection=names.CONNECTION,
                  source=func.BlobSource.EVENT_GRID)
 def collect(client: blob_sdk.BlobClient) -> None:
-    collect_result(context.storage(), client.blob_name)
+    name = client.blob_name
+    context.settle("collect", lambda: collect_result(context.storage(), name))

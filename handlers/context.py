@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TypeVar
 
 from upwell import logs
+from upwell.errors import UpwellError
 from upwell.settings import Settings
 from upwell.storage import Storage
+
+T = TypeVar("T")
+log = logs.get("handlers")
 
 
 @functools.cache
@@ -17,12 +23,25 @@ def settings() -> Settings:
 
 @functools.cache
 def storage() -> Storage:
-    store = Storage(settings().connection if settings().connection != "identity" else "identity")
+    store = Storage(settings().connection)
     try:
         store.ensure()  # idempotent; on Azure the templates already created everything
-    except Exception as exc:  # noqa: BLE001 - a missing right to create is not fatal: the names exist there
-        logs.get("handlers").warning("storage.ensure_failed", error=str(exc).splitlines()[0][:200])
+    except UpwellError as exc:  # a missing right to create is not fatal: the names exist there
+        log.warning("handlers.storage_ensure_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
     return store
+
+
+def settle(what: str, call: Callable[[], T]) -> T | None:
+    """Run a handler's one call into upwell. A permanent upwell error is logged and dropped (retrying
+    the same input cannot help; the reconciler re-drives what needs it); a transient one raises, so
+    the host redelivers the trigger."""
+    try:
+        return call()
+    except UpwellError as exc:
+        if not exc.permanent:
+            raise
+        log.error(f"handlers.{what}_dropped", error=str(exc)[:500], code=exc.code, kind=type(exc).__name__)
+        return None
 
 
 def reset() -> None:

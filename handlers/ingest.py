@@ -17,5 +17,6 @@ bp = func.Blueprint()
                  source=func.BlobSource.EVENT_GRID)
 def ingest(client: blob_sdk.BlobClient) -> None:
     # An SDK client, not an InputStream: nothing is downloaded before validation decides to read it.
-    # Transient storage errors raise, so the host retries; bad input is quarantined inside.
-    Ingestor(context.storage(), context.settings()).ingest(client.blob_name)
+    # Bad input is quarantined inside; transient storage errors raise, so the host retries.
+    name = client.blob_name
+    context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))

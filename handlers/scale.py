@@ -8,6 +8,7 @@ import azure.functions as func
 
 from handlers import context
 from upwell import logs
+from upwell.errors import UpwellError
 from upwell.results.publish import reconcile
 from upwell.scale.autoscaler import Autoscaler
 
@@ -26,5 +27,5 @@ def scale(timer: func.TimerRequest) -> None:
     autoscaler().adapt()
     try:
         reconcile(context.storage())
-    except Exception as exc:  # noqa: BLE001 - a periodic loop logs and goes on
-        log.warning("scale.reconcile_failed", error=str(exc)[:300])
+    except UpwellError as exc:  # a periodic loop logs and goes on
+        log.warning("handlers.reconcile_failed", error=str(exc)[:300], code=exc.code)

@@ -61,11 +61,11 @@ def wait_reported(storage: Storage, job_id: str, timeout: float = 120.0) -> dict
     job = None
     while time.monotonic() < deadline:
         job = ledger.job(job_id)
-        if job and (job.get("reported") or job.get("status") == "rejected"):
+        if job and (job.reported or job.status == "rejected"):
             return job
         time.sleep(0.3)
     raise AssertionError(f"job {job_id} not reported in {timeout}s; last row: {job}; "
-                         f"shards: {[(s['RowKey'], s.get('status')) for s in ledger.shards(job_id)]}")
+                         f"shards: {[(s.shard_id, s.status) for s in ledger.shards(job_id)]}")
 
 
 def live_worker_pids(state_dir: Path) -> list[int]:

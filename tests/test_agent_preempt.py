@@ -63,7 +63,7 @@ def test_sigterm_checkpoints_and_the_next_attempt_resumes(payload, azurite, tmp_
     ckpt_prefix = f"{job_id}/s00000/"
 
     first = _agent(azurite.connection_string, pool, tmp_path)
-    _wait(lambda: (ledger.shard(job_id, "s00000") or {}).get("status") == "running", 60, "the shard to start")
+    _wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "running", 60, "the shard to start")
     # SIGTERM once the payload has written a checkpoint of its own, so the test never races a fast run.
     _wait(lambda: list(tmp_path.glob("upwell-*/work/ckpt/progress.json")), 120, "a first checkpoint")
     assert first.poll() is None, first.stdout.read().decode()[-3000:]
@@ -73,7 +73,7 @@ def test_sigterm_checkpoints_and_the_next_attempt_resumes(payload, azurite, tmp_
     assert "agent.preempted" in out, out[-3000:]
 
     shard = ledger.shard(job_id, "s00000")
-    assert shard["status"] == "preempted" and int(shard["preemptions"]) == 1 and not shard.get("failures")
+    assert shard.status == "preempted" and int(shard.preemptions) == 1 and not shard.failures
     assert [b.name for b in store.list(names.CHECKPOINTS, ckpt_prefix)], "no checkpoint was uploaded"
     # Visible again at once: the next receive gets it without waiting out the lease.
     peeked = store.queue(names.work_queue(pool)).peek_messages(max_messages=1)
@@ -87,7 +87,7 @@ def test_sigterm_checkpoints_and_the_next_attempt_resumes(payload, azurite, tmp_
     assert result["timings"]["resumed_from"] not in (None, 0, "0"), result["timings"]
     assert result["timings"]["preemptions"] == 1
     shard = ledger.shard(job_id, "s00000")
-    assert int(shard["preemptions"]) == 1 and not shard.get("failures")
+    assert int(shard.preemptions) == 1 and not shard.failures
     if payload == "heat-mpi":
         assert result["metrics"]["l2_error"] < 1e-4 and result["metrics"]["resumed_from_step"] > 0
     else:

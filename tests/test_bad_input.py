@@ -220,13 +220,13 @@ def check(store: Storage, job_id: str, case: Case) -> dict:
     job = ledger.job(job_id)
     assert job is not None, f"{case.id}: no job row"
     if case.valid:
-        assert job["status"] == "accepted", (case.id, job.get("status"), job.get("message"))
-        assert int(job["shards_total"]) == case.shards == len(ledger.shards(job_id))
+        assert job.status == "accepted", (case.id, job.status, job.message)
+        assert int(job.shards_total) == case.shards == len(ledger.shards(job_id))
         return job
-    assert job["status"] == "rejected", (case.id, job.get("status"))
-    assert job["error_field"] == case.field, (case.id, job["error_field"], job["message"])
-    assert case.says in job["message"], (case.id, job["message"])
-    quarantined = job["quarantine_blob"]
+    assert job.status == "rejected", (case.id, job.status)
+    assert job.error_field == case.field, (case.id, job.error_field, job.message)
+    assert case.says in job.message, (case.id, job.message)
+    quarantined = job.quarantine_blob
     error = json.loads(store.read(f"{quarantined}.error.json"))
     assert error["field"] == case.field and case.says in error["message"], (case.id, error)
     assert error["limit"] == case.limit, (case.id, error["limit"])
@@ -261,7 +261,7 @@ def test_redelivered_rejection_is_one_job(store: Storage):
     first = ingestor.ingest(name)
     assert first.status == "rejected" and first.job_id == job_id_for(name, etag)
     assert ingestor.ingest(name).status == "skipped"  # the original has moved to quarantine
-    assert Ledger(store).job(first.job_id)["status"] == "rejected"
+    assert Ledger(store).job(first.job_id).status == "rejected"
 
 
 def test_message_size_limit_names_the_limit(store: Storage):
@@ -271,7 +271,7 @@ def test_message_size_limit_names_the_limit(store: Storage):
     out = Ingestor(store, Settings(max_message_bytes=300)).ingest(name)
     assert out.status == "rejected" and "the limit is 300" in out.message
     job = Ledger(store).job(out.job_id)
-    assert job["error_field"] == "params" and not Ledger(store).shards(out.job_id)
+    assert job.error_field == "params" and not Ledger(store).shards(out.job_id)
 
 
 DEVHOST_SUBSET = ["csv-empty", "csv-truncated-row", "csv-wrong-type", "csv-ragged", "csv-huge-line", "csv-bom",
@@ -304,7 +304,7 @@ def test_devhost_quarantines_and_keeps_running(store: Storage, azurite, tmp_path
         ledger = Ledger(store)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            settled = [(ledger.job(j) or {}).get("status") in ("accepted", "rejected") for _, j, _ in uploaded]
+            settled = [getattr(ledger.job(j), "status", None) in ("accepted", "rejected") for _, j, _ in uploaded]
             if all(settled):
                 break
             time.sleep(0.5)

@@ -13,7 +13,7 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
 from upwell.errors import ConfigError, PoolError, PoolErrorKind
 from upwell.scale.pools import POOLS, backend_class, build_aci, build_batch, build_vmss, make_pool
-from upwell.scale.pools.azure_errors import classify, describe_resize_errors, quota_detail, translate
+from upwell.scale.pools.azure_errors import classify, describe_resize_errors, pool_error, quota_detail
 from upwell.scale.pools.base import PoolSpec
 
 IDENTITY = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/w"
@@ -247,15 +247,15 @@ def test_translate_http_errors():
     msg = ("Operation could not be completed as it results in exceeding approved standardNCSv3Family Cores quota. "
            "Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 12, "
            "Current Usage: 12, Additional Required: 24, (Minimum) New Limit Required: 36.")
-    e = translate(http_error(409, "OperationNotAllowed", msg), pool="gpu", action="create scale set")
+    e = pool_error(http_error(409, "OperationNotAllowed", msg), pool="gpu", action="create scale set")
     assert isinstance(e, PoolError) and e.kind is PoolErrorKind.QUOTA and e.permanent
     assert str(e).startswith("pool gpu needs 24 more cores of standardNCSv3Family quota (12 of 12 in use)")
-    t = translate(http_error(429, "TooManyRequests", "slow", {"Retry-After": "17"}), pool="cpu", action="list")
+    t = pool_error(http_error(429, "TooManyRequests", "slow", {"Retry-After": "17"}), pool="cpu", action="list")
     assert t.kind is PoolErrorKind.THROTTLED and t.retry_after == 17 and not t.permanent
-    a = translate(http_error(401, "InvalidAuthenticationToken", "bad", cls=ClientAuthenticationError),
+    a = pool_error(http_error(401, "InvalidAuthenticationToken", "bad", cls=ClientAuthenticationError),
                   pool="cpu", action="list")
     assert a.kind is PoolErrorKind.AUTH and "role" in str(a)
-    assert translate(e, pool="x", action="y") is e
+    assert pool_error(e, pool="x", action="y") is e
     assert quota_detail("nothing") is None
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from tests.faults import harness
 from upwell import names
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, Ledger
 from upwell.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,12 +49,12 @@ def test_cap_from_manifest_holds_and_deferrals_never_poison(tmp_path: Path, monk
         harness.no_orphans(stack)
         ledger = Ledger(stack.storage)
         rows = ledger.shards(job_id)
-        assert job["status"] == "succeeded" and int(job["max_concurrency"]) == CAP
-        assert all(r["status"] == "succeeded" and not int(r.get("failures") or 0) for r in rows)
-        deferrals = [int(r.get("deferrals") or 0) for r in rows]
+        assert job.status == "succeeded" and int(job.max_concurrency) == CAP
+        assert all(r.status == "succeeded" and not int(r.failures or 0) for r in rows)
+        deferrals = [int(r.deferrals or 0) for r in rows]
         assert sum(deferrals) >= SHARDS // 2, deferrals
         assert max(deferrals) >= 2, f"no shard was deferred past maxDequeueCount: {deferrals}"
-        docs = [json.loads(stack.storage.read(f"{names.RESULTS}/{job_id}/{r['RowKey']}.json")) for r in rows]
+        docs = [json.loads(stack.storage.read(f"{names.RESULTS}/{job_id}/{r.shard_id}.json")) for r in rows]
         spans = [(datetime.fromisoformat(d["timings"]["started"].replace("Z", "+00:00")),
                   datetime.fromisoformat(d["timings"]["finished"].replace("Z", "+00:00"))) for d in docs]
         assert max_overlap(spans) <= CAP
@@ -78,4 +78,4 @@ def test_the_lower_cap_wins(job_cap, setting, want):
 
     agent = Agent.__new__(Agent)
     agent.settings = Settings(max_concurrency=setting)
-    assert agent._cap({"max_concurrency": job_cap}) == want
+    assert agent._cap(JobRow(max_concurrency=job_cap)) == want

@@ -32,7 +32,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from upwell.errors import ConfigError
 from upwell.local.azurite import REPO, Azurite
-from upwell.local.devhost import DevHost, HostConfig, MessageCodec, Settings, load_functions, load_local_settings
+from upwell.local.devhost import AppSettings, DevHost, HostConfig, MessageCodec, load_functions, load_local_settings
 from upwell.local.devhost.web import compile_route
 from upwell.names import BLOB_POISON_QUEUE, HOST_RECEIPTS
 
@@ -247,7 +247,7 @@ def test_construction_resolves_settings_and_names_what_is_missing(names: Names) 
 def test_connections_and_local_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
     monkeypatch.setenv("MYSTORE__serviceUri", "https://acct.blob.core.windows.net")
-    settings = Settings({"AzureWebJobsOther": "UseDevelopmentStorage=true"})
+    settings = AppSettings({"AzureWebJobsOther": "UseDevelopmentStorage=true"})
     assert settings.connection_string("Other") == "UseDevelopmentStorage=true"
     with pytest.raises(ConfigError, match="identity based"):
         settings.connection_string("MYSTORE")
@@ -578,5 +578,5 @@ def test_the_command_line_runs_an_app_until_sigterm(azurite: Azurite, tmp_path: 
     finally:
         process.kill()
     assert process.returncode == 0, output
-    assert '"event": "invocation"' in output and '"outcome": "succeeded"' in output
-    assert '"event": "devhost stopped"' in output
+    assert '"event": "devhost.invocation"' in output and '"outcome": "succeeded"' in output
+    assert '"event": "devhost.stopped"' in output

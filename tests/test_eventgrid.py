@@ -26,7 +26,7 @@ from azure.storage.queue import QueueServiceClient
 from upwell.local.devhost import DevHost
 from upwell.local.devhost.blobqueue import queue_settings
 from upwell.local.devhost.publisher import EventFaults
-from upwell.local.devhost.storage import Storage
+from upwell.local.devhost.storage import HostStorage
 from upwell.local.devhost.subscriptions import NO_RETRY_STATUS, read_template
 from upwell.local.devhost.webhook import blob_trigger_message, system_key
 from upwell.names import BLOB_POISON_QUEUE, EVENTGRID_DEADLETTER, HOST_RECEIPTS, blob_trigger_queue
@@ -125,7 +125,7 @@ def test_blobs_options_map_to_the_extensions_queue_options():
 def test_webhook_checks_the_key_answers_the_handshake_and_enqueues_the_extensions_message(world):
     host = world.make()
     hook = host.webhook
-    key = system_key(Storage(world.conn), host.host_id)
+    key = system_key(HostStorage(world.conn), host.host_id)
     assert key == hook.key and len(key) > 30
     target = f"/runtime/webhooks/blobs?functionName=Host.Functions.on_event&code={key}"
     event = {"eventType": "Microsoft.Storage.BlobCreated", "subject": "/blobServices/default/containers/c/blobs/a/b",

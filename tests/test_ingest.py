@@ -50,7 +50,7 @@ def test_manifest_sweep_enqueues_one_item_per_point(store):
                                                           3.9, 4.0])
     assert {i.job_id for i in items} == {up.job_id}
     job = Ledger(store).job(up.job_id)
-    assert job["status"] == "accepted" and job["shards_total"] == 12 and job["estimate_usd"] > 0
+    assert job.status == "accepted" and job.shards_total == 12 and job.estimate_usd > 0
     assert len(Ledger(store).shards(up.job_id)) == 12
 
 
@@ -91,7 +91,7 @@ def test_bad_upload_is_quarantined_with_error_file(store):
     err = json.loads(store.read("quarantine/bad/job.yaml.error.json"))
     assert err["field"] == "grid.r" and err["row"] == 1 and "less than or equal to 4" in err["message"]
     assert not store.exists("incoming/bad/job.yaml")
-    assert Ledger(store).job(out.job_id)["status"] == "rejected"
+    assert Ledger(store).job(out.job_id).status == "rejected"
 
 
 def test_unmatched_instrument_file_is_quarantined(store):
@@ -133,6 +133,6 @@ def test_unusable_input_is_failed_once_not_retried(store, tmp_path):
     done = collect(store, f"{out.job_id}/s00000.json")
     assert done.job_done and done.job_status == "failed"
     shard = Ledger(store).shard(out.job_id, "s00000")
-    assert shard["poisoned"] is True and shard["attempts"] == 1
+    assert shard.poisoned is True and shard.attempts == 1
     poison = store.queue(names.poison_queue(names.work_queue("cpu"))).receive_messages(max_messages=32)
     assert any(out.job_id in m.content for m in poison)

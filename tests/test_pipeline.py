@@ -40,14 +40,14 @@ def test_upload_through_sdk_reaches_report(store, azurite, tmp_path, monkeypatch
     with running_host(azurite.connection_string, tmp_path):
         job_id = _upload(store, "e2e/sweep/job.yaml", SWEEP)
         job = wait_reported(store, job_id)
-        assert job["status"] == "succeeded" and job["shards_done"] == 4
+        assert job.status == "succeeded" and job.shards_done == 4
         summary = json.loads(store.read(f"reports/{job_id}/summary.json"))
         html = store.read(f"reports/{job_id}/index.html").decode()
         assert "data:image/png;base64," in html and job_id in html
         assert json.dumps(summary)  # parses, and counts every shard:
         assert {r.name for r in store.list(names.RESULTS, f"{job_id}/") if r.name.count("/") == 1} == \
             {f"{job_id}/s0000{i}.json" for i in range(4)}
-        assert job.get("report_count") == 1
+        assert job.report_count == 1
         scale_rows = list(store.table(names.SCALE_TABLE).query_entities("PartitionKey eq 'cpu'"))
         assert max(int(r.get("target", 0)) for r in scale_rows if r["RowKey"] != "state") >= 1
     assert live_worker_pids(tmp_path) == []
@@ -57,11 +57,11 @@ def test_bad_upload_quarantined_and_host_keeps_going(store, azurite, tmp_path, m
     pipeline_env(monkeypatch, azurite.connection_string, tmp_path)
     with running_host(azurite.connection_string, tmp_path) as host:
         bad_id = _upload(store, "e2e/bad/job.yaml", b"payload: logistic\ngrid: {r: [3.0]}\nshell: rm -rf /\n")
-        assert wait_reported(store, bad_id, 30)["status"] == "rejected"
+        assert wait_reported(store, bad_id, 30).status == "rejected"
         err = json.loads(store.read("quarantine/e2e/bad/job.yaml.error.json"))
         assert err["field"] == "shell" and "Extra inputs" in err["message"]
         good_id = _upload(store, "e2e/good/job.yaml", SWEEP.replace(b"[2.9, 3.3, 3.5, 3.9]", b"[3.2]"))
-        assert wait_reported(store, good_id)["status"] == "succeeded"
+        assert wait_reported(store, good_id).status == "succeeded"
         assert all(t.is_alive() for t in host._threads)
 
 
@@ -75,7 +75,7 @@ def test_worker_killed_mid_shard_message_reappears(store, azurite, tmp_path, mon
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             shard = ledger.shard(job_id, "s00000")
-            if shard and shard.get("status") == "running":
+            if shard and shard.status == "running":
                 break
             time.sleep(0.2)
         else:
@@ -86,7 +86,7 @@ def test_worker_killed_mid_shard_message_reappears(store, azurite, tmp_path, mon
             kill(pid)
         job = wait_reported(store, job_id, 120)
         shard = ledger.shard(job_id, "s00000")
-        assert job["status"] == "succeeded" and int(shard["attempts"]) >= 2
+        assert job.status == "succeeded" and int(shard.attempts) >= 2
         result = json.loads(store.read(f"results/{job_id}/s00000.json"))
         assert result["status"] == "succeeded" and result["timings"]["attempt"] >= 2
 

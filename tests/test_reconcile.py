@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tests.faults.harness import sweep
 from upwell import names
 from upwell.ingest.ingestor import Ingestor, job_id_for
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, JobState, Ledger
 from upwell.local.azurite import AzuriteError, start_on_free_ports
 from upwell.ops.reconcile import Reconciler, recent_actions
 from upwell.settings import Settings
@@ -82,7 +82,7 @@ def test_an_upload_no_event_started_is_ingested_once_and_the_watermark_spares_it
     first = Reconciler(store, settings()).run()
     assert [(a.kind, a.target, a.outcome) for a in first.actions] == [
         ("missed_upload", f"incoming/rec-{tag}/job.yaml", "redriven")]
-    assert Ledger(store).job(job_id)["shards_total"] == 3
+    assert Ledger(store).job(job_id).shards_total == 3
     second = Reconciler(store, settings()).run()
     assert second.actions == [] and second.checked == 0 and second.watermark >= first.watermark > 0
 
@@ -126,8 +126,8 @@ def test_a_result_that_was_never_collected_counts_its_shard(store):
     time.sleep(1.1)
     result = Reconciler(store, settings()).run()
     assert [(a.kind, a.outcome) for a in result.actions] == [("uncollected_result", "redriven")]
-    assert Ledger(store).shard(job_id, "s00000")["status"] == "succeeded"
-    assert Ledger(store).shard(job_id, "s00001")["status"] == "queued"
+    assert Ledger(store).shard(job_id, "s00000").status == "succeeded"
+    assert Ledger(store).shard(job_id, "s00001").status == "queued"
     assert Reconciler(store, settings()).run().actions == []
 
 
@@ -144,7 +144,7 @@ def test_an_input_that_keeps_failing_is_quarantined_with_a_named_error(store, mo
     assert outcomes == [["failed"], ["quarantined"]]
     error = json.loads(store.read(f"{names.QUARANTINE}/{name}.error.json"))
     assert error["error"] == "RedriveExhausted" and "storage keeps timing out" in error["message"]
-    assert Ledger(store).job(job_id)["status"] == "rejected"
+    assert Ledger(store).job(job_id).status == "rejected"
     assert not store.exists(f"{names.INCOMING}/{name}")
     monkeypatch.undo()
     assert Reconciler(store, settings()).run().actions == [], "resolved: nothing left to find"
@@ -177,8 +177,8 @@ def test_the_timer_function_is_registered_on_its_schedule():
 
 def test_a_terminal_job_without_a_report_gets_its_report_message_again(store):
     job_id = f"unreported-{uuid.uuid4().hex[:8]}"
-    Ledger(store).create_job({"job_id": job_id, "status": "succeeded", "finished_at": "2020-01-01T00:00:00+00:00",
-                              "shards_total": 1, "shards_done": 1, "shards_failed": 0})
+    Ledger(store).create_job(JobRow(job_id=job_id, status=JobState.SUCCEEDED, finished_at="2020-01-01T00:00:00+00:00",
+                                    shards_total=1, shards_done=1))
     store.queue(names.REPORT_QUEUE).clear_messages()
     result = Reconciler(store, settings()).run()
     assert [(a.kind, a.target, a.outcome) for a in result.actions if a.kind == "unreported_job"] == [

@@ -83,7 +83,7 @@ def test_third_party_upload_while_up_runs(tmp_path):
         etag = store.blob("incoming", "thirdparty/job.yaml").get_blob_properties().etag
         job_id = job_id_for("thirdparty/job.yaml", etag)
         job = wait_reported(store, job_id, 120)
-        assert job["status"] == "succeeded" and store.exists(f"reports/{job_id}/index.html")
+        assert job.status == "succeeded" and store.exists(f"reports/{job_id}/index.html")
     finally:
         tail = _stop(proc)
     assert proc.returncode == 0, tail
@@ -95,7 +95,7 @@ def test_third_party_upload_while_up_runs(tmp_path):
     proc = _up(home, ports)
     try:
         _wait_ready(proc)
-        assert Ledger(Storage(azurite.connection_string(*ports))).job(job_id)["status"] == "succeeded"
+        assert Ledger(Storage(azurite.connection_string(*ports))).job(job_id).status == "succeeded"
     finally:
         _stop(proc)
 

@@ -12,9 +12,15 @@ from enum import Enum
 
 
 class UpwellError(Exception):
-    """Base of every error upwell raises on purpose."""
+    """Base of every error upwell raises on purpose.
+
+    ``permanent``: retrying the same input cannot help (the handlers record and drop
+    it); otherwise they raise it so that the host redelivers. ``code`` is the
+    service's error code where a service said no (e.g. "BlobNotFound").
+    """
 
     permanent = True
+    code = ""
 
 
 class InputRejected(UpwellError):
@@ -54,6 +60,26 @@ class TransientError(UpwellError):
     """Worth retrying: storage hiccups, throttling, a node that went away."""
 
     permanent = False
+
+    def __init__(self, message: str, *, code: str = "", status: int | None = None):
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class StorageError(UpwellError):
+    """A storage call that retrying will not fix (forbidden, bad request ...); ``code`` says which."""
+
+    def __init__(self, message: str, *, code: str = "", status: int | None = None):
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class NotFound(StorageError):
+    """The blob, queue, message or row is not there."""
+
+
+class Conflict(StorageError):
+    """It exists already, or a condition (ETag, if-none-match) did not hold."""
 
 
 class PoolErrorKind(str, Enum):

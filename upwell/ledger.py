@@ -4,13 +4,17 @@ Every write that two workers can race on is ETag-conditional. A shard's final
 transition and the job's counters change in ONE entity-group transaction (they
 share the PartitionKey), so a shard is counted exactly once and exactly one
 caller sees the job become terminal.
+
+Reads return typed rows (upwell.rows); every method raises only upwell errors
+(TransientError, NotFound, Conflict, StorageError), each with the service's code.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +30,19 @@ from azure.data.tables import TableTransactionError, UpdateMode
 
 from upwell import names
 from upwell.errors import TransientError
-from upwell.storage import Storage, translate
+from upwell.rows import (
+    TERMINAL_JOB,
+    TERMINAL_SHARD,
+    JobRow,
+    JobState,
+    ShardRow,
+    ShardState,
+)
+from upwell.storage import Storage, storage_error
 from upwell.timeutil import now_iso
 
-TERMINAL_SHARD = ("succeeded", "failed")
-TERMINAL_JOB = ("succeeded", "partially_failed", "failed", "rejected")
+__all__ = ["TERMINAL_JOB", "TERMINAL_SHARD", "Completion", "JobRow", "JobState", "Ledger", "ShardRow",
+           "ShardState"]
 _RETRIES = 20
 
 
@@ -43,28 +55,29 @@ class Completion:
     job_status: str
 
 
-
-def _written(entity: Any) -> str:
-    """The server's last-write time of an entity, as a sortable string."""
-    stamp = (getattr(entity, "metadata", None) or {}).get("timestamp")
-    return stamp.isoformat(timespec="microseconds") if hasattr(stamp, "isoformat") else str(stamp or "")
-
-
 def _conflict(exc: Exception) -> bool:
     if isinstance(exc, ResourceModifiedError | TableTransactionError):
         return True
     return isinstance(exc, HttpResponseError) and exc.status_code in (409, 412)
 
 
-def _history(row: dict, status: str, keep: int = 20) -> str:
-    """The shard's earlier attempts (JSON), with the one ending now appended: node, started, finished, status."""
+@contextmanager
+def _funnel(what: str) -> Iterator[None]:
+    """Every SDK error leaves the ledger as an upwell error."""
     try:
-        past = json.loads(row.get("history") or "[]")
-    except ValueError:
-        past = []
-    past.append({"node": row.get("node", ""), "started": row.get("started_at", ""), "finished": now_iso(),
-                 "status": status})
+        yield
+    except AzureError as exc:
+        raise storage_error(exc, what) from None
+
+
+def _history(row: ShardRow, status: str, keep: int = 20) -> str:
+    """The shard's earlier attempts (JSON), with the one ending now appended: node, started, finished, status."""
+    past = row.attempts_history()
+    past.append({"node": row.node, "started": row.started_at, "finished": now_iso(), "status": status})
     return json.dumps(past[-keep:])
+
+
+_SHARD_ROWS = "PartitionKey eq @pk and RowKey ne @job"
 
 
 class Ledger:
@@ -74,107 +87,119 @@ class Ledger:
         self.table = storage.table(names.JOBS_TABLE)
 
     # -- reads -----------------------------------------------------------------
-    def job(self, job_id: str) -> dict | None:
-        try:
-            return dict(self.table.get_entity(job_id, names.JOB_ROW))
-        except ResourceNotFoundError:
-            return None
-        except AzureError as exc:
-            raise translate(exc, f"read job {job_id}") from None
+    def job(self, job_id: str) -> JobRow | None:
+        with _funnel(f"read job {job_id}"):
+            try:
+                return JobRow.from_entity(self.table.get_entity(job_id, names.JOB_ROW))
+            except ResourceNotFoundError:
+                return None
 
-    def shard(self, job_id: str, shard_id: str) -> dict | None:
-        try:
-            return dict(self.table.get_entity(job_id, shard_id))
-        except ResourceNotFoundError:
-            return None
-        except AzureError as exc:
-            raise translate(exc, f"read shard {job_id}/{shard_id}") from None
+    def shard(self, job_id: str, shard_id: str) -> ShardRow | None:
+        with _funnel(f"read shard {job_id}/{shard_id}"):
+            try:
+                return ShardRow.from_entity(self.table.get_entity(job_id, shard_id))
+            except ResourceNotFoundError:
+                return None
 
-    def shards(self, job_id: str) -> list[dict]:
-        rows = self.table.query_entities("PartitionKey eq @pk and RowKey ne @job",
-                                         parameters={"pk": job_id, "job": names.JOB_ROW})
-        return [dict(r) for r in rows]
+    def shards(self, job_id: str) -> list[ShardRow]:
+        """The job's shard rows, in shard id order."""
+        with _funnel(f"list shards of {job_id}"):
+            rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
+            return [ShardRow.from_entity(r) for r in rows]
 
-    def jobs(self, *statuses: str) -> Iterator[dict]:
+    def jobs(self, *statuses: JobState | str) -> Iterator[JobRow]:
         flt = "RowKey eq @job"
         params: dict[str, Any] = {"job": names.JOB_ROW}
         if statuses:
             ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
-            params.update({f"s{i}": s for i, s in enumerate(statuses)})
-        for row in self.table.query_entities(flt, parameters=params):
-            yield dict(row)
+            params.update({f"s{i}": str(s) for i, s in enumerate(statuses)})
+        with _funnel("list jobs"):
+            for row in self.table.query_entities(flt, parameters=params):
+                yield JobRow.from_entity(row)
 
     def active_shards(self, job_id: str) -> list[tuple[str, str]]:
         """(server write time, shard id) of the job's shards that an agent is working on now:
         running and not yet released (see shard_released). The per-job concurrency cap counts these."""
-        rows = self.table.query_entities("PartitionKey eq @pk and status eq @s",
-                                         parameters={"pk": job_id, "s": "running"})
-        return [(_written(r), r["RowKey"]) for r in rows if not r.get("released_at")]
+        with _funnel(f"list running shards of {job_id}"):
+            rows = self.table.query_entities(f"{_SHARD_ROWS} and status eq @s",
+                                             parameters={"pk": job_id, "job": names.JOB_ROW,
+                                                         "s": ShardState.RUNNING.value})
+            shards = [ShardRow.from_entity(r) for r in rows]
+        return [(s.written, s.shard_id) for s in shards if not s.released_at]
 
-    def running(self, pool: str) -> list[dict]:
-        """Shard rows that are running on a pool (the ledger's in-flight count)."""
-        rows = self.table.query_entities("status eq @s and pool eq @p", parameters={"s": "running", "p": pool})
-        return [dict(r) for r in rows]
+    def running(self, pool: str) -> list[ShardRow]:
+        """Shard rows that are running on a pool (the ledger's in-flight count). The job row of a
+        running job also says "running" and names the pool: it is not a shard and is left out."""
+        with _funnel(f"list running shards of pool {pool}"):
+            rows = self.table.query_entities("status eq @s and pool eq @p and RowKey ne @job",
+                                             parameters={"s": ShardState.RUNNING.value, "p": pool,
+                                                         "job": names.JOB_ROW})
+            return [ShardRow.from_entity(r) for r in rows]
 
     # -- creation --------------------------------------------------------------
-    def create_job(self, row: dict) -> tuple[dict, bool]:
+    def create_job(self, row: JobRow) -> tuple[JobRow, bool]:
         """Create the job row; if it exists (a redelivery), return the existing one."""
-        entity = {"PartitionKey": row["job_id"], "RowKey": names.JOB_ROW, **row}
-        try:
-            self.table.create_entity(entity)
-            return entity, True
-        except ResourceExistsError:
-            return self.job(row["job_id"]) or entity, False
-        except AzureError as exc:
-            raise translate(exc, "create job") from None
+        with _funnel("create job"):
+            try:
+                self.table.create_entity(row.to_entity())
+                return row, True
+            except ResourceExistsError:
+                pass
+        return self.job(row.job_id) or row, False
 
-    def add_shards(self, job_id: str, rows: list[dict]) -> None:
+    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
         """Create shard rows in transactions of 100; rows that exist are left alone."""
         for start in range(0, len(rows), 100):
-            chunk = [{"PartitionKey": job_id, "RowKey": r["shard_id"], **r} for r in rows[start:start + 100]]
-            try:
-                self.table.submit_transaction([("create", e) for e in chunk])
-            except TableTransactionError:
-                for e in chunk:
-                    try:
-                        self.table.create_entity(e)
-                    except ResourceExistsError:
-                        pass
+            chunk = [{**r.to_entity(), "PartitionKey": job_id} for r in rows[start:start + 100]]
+            with _funnel(f"add shards to {job_id}"):
+                try:
+                    self.table.submit_transaction([("create", e) for e in chunk])
+                except TableTransactionError:
+                    for e in chunk:
+                        try:
+                            self.table.create_entity(e)
+                        except ResourceExistsError:
+                            pass
 
     # -- transitions -----------------------------------------------------------
     def update_job(self, job_id: str, **fields: Any) -> None:
-        self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields}, mode=UpdateMode.MERGE)
+        fields = {k: v.value if isinstance(v, JobState) else v for k, v in fields.items()}
+        with _funnel(f"update job {job_id}"):
+            self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields},
+                                     mode=UpdateMode.MERGE)
 
-    def _update_shard(self, job_id: str, shard_id: str, change) -> dict | None:
+    def _update_shard(self, job_id: str, shard_id: str,
+                      change: Callable[[ShardRow], dict[str, Any] | None]) -> dict | None:
         """Apply change(row) -> fields | None under ETag; None means leave as is."""
-        for _ in range(_RETRIES):
-            try:
-                entity = self.table.get_entity(job_id, shard_id)
-            except ResourceNotFoundError:
-                return None
-            fields = change(dict(entity))
-            if fields is None:
-                return None
-            try:
-                self.table.update_entity({"PartitionKey": job_id, "RowKey": shard_id, **fields},
-                                         mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
-                                         match_condition=MatchConditions.IfNotModified)
-                return fields
-            except (ResourceModifiedError, HttpResponseError) as exc:
-                if not _conflict(exc):
-                    raise translate(exc, "update shard") from None
-        raise TransientError(f"shard {job_id}/{shard_id}: too much contention")
+        with _funnel(f"update shard {job_id}/{shard_id}"):
+            for _ in range(_RETRIES):
+                try:
+                    entity = self.table.get_entity(job_id, shard_id)
+                except ResourceNotFoundError:
+                    return None
+                fields = change(ShardRow.from_entity(entity))
+                if fields is None:
+                    return None
+                try:
+                    self.table.update_entity({"PartitionKey": job_id, "RowKey": shard_id, **fields},
+                                             mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
+                                             match_condition=MatchConditions.IfNotModified)
+                    return fields
+                except (ResourceModifiedError, HttpResponseError) as exc:
+                    if not _conflict(exc):
+                        raise
+        raise TransientError(f"shard {job_id}/{shard_id}: too much contention", code="Contention")
 
     def shard_started(self, job_id: str, shard_id: str, *, node: str, pool: str, attempt: int,
                       spot: bool = False) -> bool:
         """Mark a shard running; False if it is already terminal (a duplicate delivery)."""
-        def change(row):
-            if row.get("status") in TERMINAL_SHARD:
+        def change(row: ShardRow):
+            if row.terminal:
                 return None
-            return {"status": "running", "node": node, "pool": pool, "spot": spot, "attempts": attempt,
-                    "started_at": now_iso(), "first_started_at": row.get("first_started_at") or now_iso(),
-                    "released_at": ""}
+            return {"status": ShardState.RUNNING.value, "node": node, "pool": pool, "spot": spot,
+                    "attempts": attempt, "started_at": now_iso(),
+                    "first_started_at": row.first_started_at or now_iso(), "released_at": ""}
 
         started = self._update_shard(job_id, shard_id, change) is not None
         if started:
@@ -182,47 +207,50 @@ class Ledger:
         return started
 
     def _job_running(self, job_id: str) -> None:
-        try:
-            entity = self.table.get_entity(job_id, names.JOB_ROW)
-        except ResourceNotFoundError:
-            return
-        if entity.get("status") != "accepted":
-            return
-        try:
-            self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, "status": "running",
-                                      "started_at": now_iso()}, mode=UpdateMode.MERGE,
-                                     etag=entity.metadata["etag"], match_condition=MatchConditions.IfNotModified)
-        except (ResourceModifiedError, HttpResponseError):
-            pass  # someone else moved it on
+        with _funnel(f"mark job {job_id} running"):
+            try:
+                entity = self.table.get_entity(job_id, names.JOB_ROW)
+            except ResourceNotFoundError:
+                return
+            if entity.get("status") != JobState.ACCEPTED:
+                return
+            try:
+                self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW,
+                                          "status": JobState.RUNNING.value, "started_at": now_iso()},
+                                         mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
+                                         match_condition=MatchConditions.IfNotModified)
+            except (ResourceModifiedError, HttpResponseError) as exc:
+                if not _conflict(exc):
+                    raise
+                # someone else moved it on
 
     def shard_preempted(self, job_id: str, shard_id: str, *, checkpoints: int, node_seconds: float) -> None:
-        def change(row):
-            if row.get("status") in TERMINAL_SHARD:
+        def change(row: ShardRow):
+            if row.terminal:
                 return None
-            return {"status": "preempted", "preemptions": int(row.get("preemptions") or 0) + 1,
-                    "history": _history(row, "preempted"),
-                    "checkpoints": int(row.get("checkpoints") or 0) + checkpoints,
-                    "preempted_node_seconds": float(row.get("preempted_node_seconds") or 0) + node_seconds}
+            return {"status": ShardState.PREEMPTED.value, "preemptions": row.preemptions + 1,
+                    "history": _history(row, "preempted"), "checkpoints": row.checkpoints + checkpoints,
+                    "preempted_node_seconds": row.preempted_node_seconds + node_seconds}
 
         self._update_shard(job_id, shard_id, change)
 
     def shard_deferred(self, job_id: str, shard_id: str, *, node: str = "") -> None:
         """Count a delivery that was put back because the job is at its concurrency cap (not a
         failure). With ``node``: this node had marked it running, so it goes back to queued."""
-        def change(row):
-            if row.get("status") in TERMINAL_SHARD:
+        def change(row: ShardRow):
+            if row.terminal:
                 return None
-            fields: dict[str, Any] = {"deferrals": int(row.get("deferrals") or 0) + 1}
-            if node and row.get("status") == "running" and row.get("node") == node:
-                fields["status"] = "queued"
+            fields: dict[str, Any] = {"deferrals": row.deferrals + 1}
+            if node and row.status == ShardState.RUNNING and row.node == node:
+                fields["status"] = ShardState.QUEUED.value
             return fields
 
         self._update_shard(job_id, shard_id, change)
 
     def shard_released(self, job_id: str, shard_id: str) -> None:
         """The agent is done with the shard (its result is written); collect will make it terminal."""
-        def change(row):
-            if row.get("status") != "running":
+        def change(row: ShardRow):
+            if row.status != ShardState.RUNNING:
                 return None
             return {"released_at": now_iso()}
 
@@ -230,71 +258,77 @@ class Ledger:
 
     def shard_retry(self, job_id: str, shard_id: str, *, error: str, stderr_tail: str,
                     node_seconds: float) -> None:
-        def change(row):
-            if row.get("status") in TERMINAL_SHARD:
+        def change(row: ShardRow):
+            if row.terminal:
                 return None
-            return {"status": "queued", "error": error[:2000], "stderr_tail": stderr_tail[-4000:],
-                    "history": _history(row, "failed"),
-                    "failures": int(row.get("failures") or 0) + 1,
-                    "failed_node_seconds": float(row.get("failed_node_seconds") or 0) + node_seconds}
+            return {"status": ShardState.QUEUED.value, "error": error[:2000], "stderr_tail": stderr_tail[-4000:],
+                    "history": _history(row, "failed"), "failures": row.failures + 1,
+                    "failed_node_seconds": row.failed_node_seconds + node_seconds}
 
         self._update_shard(job_id, shard_id, change)
 
-    def finish_shard(self, job_id: str, shard_id: str, status: str, fields: dict, *,
+    def finish_shard(self, job_id: str, shard_id: str, status: ShardState | str, fields: dict, *,
                      cost_usd: float = 0.0) -> Completion:
         """Make a shard terminal and count it on the job row, atomically."""
-        assert status in TERMINAL_SHARD
-        for _ in range(_RETRIES):
-            try:
-                shard = self.table.get_entity(job_id, shard_id)
-                job = self.table.get_entity(job_id, names.JOB_ROW)
-            except ResourceNotFoundError:
-                return Completion(False, False, "")
-            if shard.get("status") in TERMINAL_SHARD:
-                return Completion(False, False, job.get("status", ""))
-            done = int(job.get("shards_done") or 0) + (status == "succeeded")
-            failed = int(job.get("shards_failed") or 0) + (status == "failed")
-            total = int(job.get("shards_total") or 0)
-            job_fields: dict[str, Any] = {"shards_done": done, "shards_failed": failed,
-                                          "spent_usd": float(job.get("spent_usd") or 0.0) + cost_usd}
-            job_done = done + failed >= total and job.get("status") not in TERMINAL_JOB
-            if job_done:
-                job_fields["status"] = "succeeded" if failed == 0 else ("failed" if done == 0 else "partially_failed")
-                job_fields["finished_at"] = now_iso()
-            ops = [
-                ("update", {"PartitionKey": job_id, "RowKey": shard_id, "status": status, **fields},
-                 {"mode": UpdateMode.MERGE, "etag": shard.metadata["etag"],
-                  "match_condition": MatchConditions.IfNotModified}),
-                ("update", {"PartitionKey": job_id, "RowKey": names.JOB_ROW, **job_fields},
-                 {"mode": UpdateMode.MERGE, "etag": job.metadata["etag"],
-                  "match_condition": MatchConditions.IfNotModified}),
-            ]
-            try:
-                self.table.submit_transaction(ops)
-                return Completion(True, job_done, job_fields.get("status", job.get("status", "")))
-            except (TableTransactionError, ResourceModifiedError, HttpResponseError) as exc:
-                if not _conflict(exc):
-                    raise translate(exc, "finish shard") from None
+        status = ShardState(status)
+        if status not in TERMINAL_SHARD:
+            raise ValueError(f"finish_shard: {status.value!r} is not a terminal shard state")
+        with _funnel(f"finish shard {job_id}/{shard_id}"):
+            for _ in range(_RETRIES):
+                try:
+                    shard = self.table.get_entity(job_id, shard_id)
+                    job = self.table.get_entity(job_id, names.JOB_ROW)
+                except ResourceNotFoundError:
+                    return Completion(False, False, "")
+                done = self._try_finish(ShardRow.from_entity(shard), JobRow.from_entity(job), status, fields,
+                                        cost_usd)
+                if done is not None:
+                    return done
                 time.sleep(0.01)
-        raise TransientError(f"job {job_id}: too much contention finishing {shard_id}")
+        raise TransientError(f"job {job_id}: too much contention finishing {shard_id}", code="Contention")
+
+    def _try_finish(self, shard: ShardRow, job: JobRow, status: ShardState, fields: dict,
+                    cost_usd: float) -> Completion | None:
+        """One conditional transaction; None when another writer got there first (try again)."""
+        if shard.terminal:
+            return Completion(False, False, job.status.value)
+        done = job.shards_done + (status == ShardState.SUCCEEDED)
+        failed = job.shards_failed + (status == ShardState.FAILED)
+        job_fields: dict[str, Any] = {"shards_done": done, "shards_failed": failed,
+                                      "spent_usd": job.spent_usd + cost_usd}
+        job_done = done + failed >= job.shards_total and not job.terminal
+        if job_done:
+            final = JobState.SUCCEEDED if failed == 0 else (JobState.FAILED if done == 0 else JobState.PARTIALLY_FAILED)
+            job_fields["status"] = final.value
+            job_fields["finished_at"] = now_iso()
+        cond = {"mode": UpdateMode.MERGE, "match_condition": MatchConditions.IfNotModified}
+        ops = [
+            ("update", {"PartitionKey": shard.job_id, "RowKey": shard.shard_id, "status": status.value, **fields},
+             {**cond, "etag": shard.etag}),
+            ("update", {"PartitionKey": job.job_id, "RowKey": names.JOB_ROW, **job_fields}, {**cond, "etag": job.etag}),
+        ]
+        try:
+            self.table.submit_transaction(ops)
+        except (TableTransactionError, ResourceModifiedError, HttpResponseError) as exc:
+            if not _conflict(exc):
+                raise
+            return None
+        return Completion(True, job_done, job_fields.get("status", job.status.value))
 
     def claim_report(self, job_id: str, lease_s: float = 300.0) -> bool:
         """Claim the right to build the report; exactly one claimant wins per lease period."""
-        try:
-            job = self.table.get_entity(job_id, names.JOB_ROW)
-        except ResourceNotFoundError:
+        job = self.job(job_id)
+        if job is None or job.reported or not job.terminal or job.status == JobState.REJECTED:
             return False
-        if job.get("reported") or job.get("status") not in TERMINAL_JOB or job.get("status") == "rejected":
+        if job.report_claimed and time.time() - job.report_claimed < lease_s:
             return False
-        claimed = float(job.get("report_claimed") or 0)
-        if claimed and time.time() - claimed < lease_s:
-            return False
-        try:
-            self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW,
-                                      "report_claimed": time.time()}, mode=UpdateMode.MERGE,
-                                     etag=job.metadata["etag"], match_condition=MatchConditions.IfNotModified)
-            return True
-        except (ResourceModifiedError, HttpResponseError) as exc:
-            if _conflict(exc):
-                return False
-            raise translate(exc, "claim report") from None
+        with _funnel(f"claim report of {job_id}"):
+            try:
+                self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW,
+                                          "report_claimed": time.time()}, mode=UpdateMode.MERGE,
+                                         etag=job.etag, match_condition=MatchConditions.IfNotModified)
+                return True
+            except (ResourceModifiedError, HttpResponseError) as exc:
+                if _conflict(exc):
+                    return False
+                raise

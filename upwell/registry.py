@@ -21,8 +21,6 @@ class PayloadSpec:
     pool: str  # the pool it runs on unless the manifest says otherwise
     params: type[P.Params]
     needs_input: bool = False  # True: the shard carries a data blob
-    image: str = "cpu"  # key into the image allowlist: "cpu" | "gpu"
-    aggregate: str = ""  # report section that aggregates shards (see upwell.results.figures)
 
 
 PAYLOADS: dict[str, PayloadSpec] = {
@@ -30,10 +28,9 @@ PAYLOADS: dict[str, PayloadSpec] = {
     "channel-stats": PayloadSpec("channel-stats", "workers.payloads.channel_stats", "python", "cpu",
                                  P.ChannelStatsParams, needs_input=True),
     "welch": PayloadSpec("welch", "workers.payloads.welch", "python", "cpu", P.WelchParams,
-                         needs_input=True, aggregate="welch"),
+                         needs_input=True),
     "heat-mpi": PayloadSpec("heat-mpi", "workers.payloads.heat", "mpi", "mpi", P.HeatParams),
-    "train-torch": PayloadSpec("train-torch", "workers.payloads.train", "torchrun", "gpu", P.TrainParams,
-                               image="gpu"),
+    "train-torch": PayloadSpec("train-torch", "workers.payloads.train", "torchrun", "gpu", P.TrainParams),
 }
 
 # Exit codes of the payload process (see workers/payloads/README.md).

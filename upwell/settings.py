@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -104,28 +105,62 @@ class Settings:
             kw["connection"] = "identity"
         if env.get("UPWELL_POOLS"):
             kw["pools"] = parse_pools(env["UPWELL_POOLS"], env)
-        if env.get("UPWELL_SCALE_SCHEDULE"):
-            kw["scale_schedule"] = env["UPWELL_SCALE_SCHEDULE"]
-        if env.get("UPWELL_RECONCILE_SCHEDULE"):
-            kw["reconcile_schedule"] = env["UPWELL_RECONCILE_SCHEDULE"]
-        for name, var in (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
-                          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"),
-                          ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
-                          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"),
-                          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"),
-                          ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
-                          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES")):
+        for name, var in _INTS:
             if env.get(var):
-                try:
-                    kw[name] = int(env[var])
-                except ValueError:
-                    raise ConfigError(f"{var} must be an integer, got {env[var]!r}") from None
-                if kw[name] < 0:
-                    raise ConfigError(f"{var} must be >= 0, got {kw[name]}")
+                kw[name] = env_int(env, var, 0, minimum=0)
+        for name, var in _TEXTS:
+            if env.get(var):
+                kw[name] = env[var]
         if env.get("UPWELL_IMAGE_ALLOWLIST"):
             kw["image_allowlist"] = tuple(s.strip() for s in env["UPWELL_IMAGE_ALLOWLIST"].split(",") if s.strip())
-        if env.get("UPWELL_CODE_VERSION"):
-            kw["code_version"] = env["UPWELL_CODE_VERSION"]
-        if env.get("UPWELL_IMAGE_DIGEST"):
-            kw["image_digest"] = env["UPWELL_IMAGE_DIGEST"]
         return cls(**kw)
+
+
+_INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
+         ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
+         ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"),
+         ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
+         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"))
+_TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("reconcile_schedule", "UPWELL_RECONCILE_SCHEDULE"),
+          ("code_version", "UPWELL_CODE_VERSION"),
+          ("image_digest", "UPWELL_IMAGE_DIGEST"))
+
+
+def env_int(env: Mapping[str, str], var: str, default: int, *, minimum: int | None = None) -> int:
+    """An integer setting; a bad value raises ConfigError naming ``var``."""
+    text = env.get(var)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"{var} must be an integer, got {text!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{var} must be >= {minimum}, got {value}")
+    return value
+
+
+def env_float(env: Mapping[str, str], var: str, default: float, *, minimum: float | None = None) -> float:
+    """A number setting; a bad value raises ConfigError naming ``var``."""
+    text = env.get(var)
+    if text is None or text == "":
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{var} must be a number, got {text!r}") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{var} must be >= {minimum}, got {value}")
+    return value
+
+
+def env_bool(env: Mapping[str, str], var: str, default: bool = False) -> bool:
+    """A yes/no setting (1/true/yes or 0/false/no, any case); anything else raises ConfigError naming ``var``."""
+    text = (env.get(var) or "").strip().lower()
+    if not text:
+        return default
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("0", "false", "no"):
+        return False
+    raise ConfigError(f"{var} must be true or false, got {env.get(var)!r}")

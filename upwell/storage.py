@@ -18,6 +18,7 @@ from azure.core.exceptions import (
     AzureError,
     HttpResponseError,
     ResourceExistsError,
+    ResourceModifiedError,
     ResourceNotFoundError,
     ServiceRequestError,
     ServiceResponseError,
@@ -27,7 +28,7 @@ from azure.storage.blob import BlobServiceClient, ContentSettings
 from azure.storage.queue import QueueServiceClient
 
 from upwell import names
-from upwell.errors import TransientError
+from upwell.errors import ConfigError, Conflict, NotFound, StorageError, TransientError, UpwellError
 
 
 def _credential(env: dict[str, str], prefix: str):
@@ -62,11 +63,23 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def translate(exc: AzureError, what: str) -> Exception:
-    """Translate an SDK error into upwell's hierarchy (callers ``raise ... from None``)."""
+def storage_error(exc: BaseException, what: str) -> UpwellError:
+    """The upwell error for an SDK error, with the service's error code (callers ``raise ... from None``).
+
+    Transient (throttled, 5xx, network) -> TransientError; 404 -> NotFound; 409/412 -> Conflict;
+    anything else -> StorageError. An UpwellError is returned as it is."""
+    if isinstance(exc, UpwellError):
+        return exc
+    status = getattr(exc, "status_code", None)
+    code = str(getattr(exc, "error_code", None) or "")
+    text = f"{what}: {type(exc).__name__}{f' {code}' if code else ''}: {(str(exc).splitlines() or [''])[0][:300]}"
     if is_transient(exc):
-        return TransientError(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
-    return exc
+        return TransientError(text, code=code, status=status)
+    if isinstance(exc, ResourceNotFoundError) or status == 404:
+        return NotFound(text, code=code, status=status)
+    if isinstance(exc, ResourceExistsError | ResourceModifiedError) or status in (409, 412):
+        return Conflict(text, code=code, status=status)
+    return StorageError(text, code=code, status=status)
 
 
 class Storage:
@@ -88,8 +101,6 @@ class Storage:
         prefix = names.CONNECTION
         blob_uri = _service_uri(env, prefix, "blob")
         if not blob_uri:
-            from upwell.errors import ConfigError
-
             raise ConfigError(f"set {prefix} (a connection string) or {prefix}__blobServiceUri/__serviceUri "
                               f"with __credential=managedidentity")
         cred = _credential(env, prefix)
@@ -128,10 +139,8 @@ class Storage:
         container, name = split_path(path)
         try:
             return self.blob(container, name).download_blob().readall()
-        except ResourceNotFoundError:
-            raise
         except AzureError as exc:
-            raise translate(exc, f"read {path}") from None
+            raise storage_error(exc, f"read {path}") from None
 
     def write(self, path: str, data: bytes | Any, *, overwrite: bool = True, content_type: str | None = None,
               metadata: dict[str, str] | None = None) -> bool:
@@ -152,19 +161,54 @@ class Storage:
         except HttpResponseError as exc:
             if exc.status_code in (409, 412):
                 return False
-            raise translate(exc, f"write {path}") from None
+            raise storage_error(exc, f"write {path}") from None
         except AzureError as exc:
-            raise translate(exc, f"write {path}") from None
+            raise storage_error(exc, f"write {path}") from None
+
+    def download(self, path: str, fh: Any) -> None:
+        """Stream a blob into an open binary file."""
+        container, name = split_path(path)
+        try:
+            self.blob(container, name).download_blob().readinto(fh)
+        except AzureError as exc:
+            raise storage_error(exc, f"download {path}") from None
+
+    # -- queue helpers -----------------------------------------------------------
+    def send(self, queue: str, text: str) -> None:
+        try:
+            self.queue(queue).send_message(text)
+        except AzureError as exc:
+            raise storage_error(exc, f"send to {queue}") from None
+
+    def receive(self, queue: str, *, visibility_timeout: int) -> Any | None:
+        """One message leased for ``visibility_timeout`` s, or None when the queue is empty."""
+        try:
+            return self.queue(queue).receive_message(visibility_timeout=visibility_timeout)
+        except AzureError as exc:
+            raise storage_error(exc, f"receive from {queue}") from None
+
+    def queue_length(self, queue: str) -> int:
+        """The approximate number of messages (visible and leased); 0 for a queue that does not exist."""
+        try:
+            return self.queue(queue).get_queue_properties().approximate_message_count or 0
+        except ResourceNotFoundError:
+            return 0
+        except AzureError as exc:
+            raise storage_error(exc, f"count {queue}") from None
 
     def exists(self, path: str) -> bool:
         container, name = split_path(path)
         try:
             return self.blob(container, name).exists()
         except AzureError as exc:
-            raise translate(exc, f"exists {path}") from None
+            raise storage_error(exc, f"exists {path}") from None
 
     def list(self, container: str, prefix: str | None = None) -> Iterator[Any]:
-        return self.container(container).list_blobs(name_starts_with=prefix)
+        """The blobs under ``prefix``, listed page by page as the caller iterates."""
+        try:
+            yield from self.container(container).list_blobs(name_starts_with=prefix)
+        except AzureError as exc:
+            raise storage_error(exc, f"list {container}/{prefix or ''}") from None
 
 
 def split_path(path: str) -> tuple[str, str]:
@@ -180,6 +224,6 @@ def _create_quietly(create, name: str) -> None:
         create(name)
     except ResourceExistsError:
         pass
-    except HttpResponseError as exc:
-        if exc.status_code != 409:
-            raise
+    except AzureError as exc:
+        if getattr(exc, "status_code", None) != 409:
+            raise storage_error(exc, f"create {name}") from None

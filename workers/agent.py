@@ -28,16 +28,17 @@ import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-
-from azure.core.exceptions import AzureError, ResourceNotFoundError
+from typing import Any
 
 from upwell import logs, names
-from upwell.errors import DecodeError, InputRejected, TransientError
-from upwell.ledger import Ledger
+from upwell.errors import DecodeError, UpwellError
+from upwell.lease import Lease
+from upwell.ledger import JobRow, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
-from upwell.settings import Settings
+from upwell.settings import Settings, env_bool, env_float, env_int
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
+from upwell.verdict import AttemptConfig, AttemptResult, Verdict, VerdictKind, decide_attempt, decide_delivery
 from workers import results
 
 
@@ -56,48 +57,34 @@ class AgentConfig:
     state_file: str = ""  # where the local pool reads this worker's state
     scratch: str = ""
     max_items: int = 0  # 0: unlimited
+    ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
+        """From the node's environment; a bad value raises ConfigError naming the variable."""
         env = os.environ
         node = env.get("UPWELL_NODE_ID") or env.get("AZ_BATCH_NODE_ID") or f"{socket.gethostname()}-{os.getpid()}"
-        kw = dict(pool=pool, node_id=node, spot=env.get("UPWELL_NODE_SPOT", "").lower() in ("1", "true"),
+        kw = dict(pool=pool, node_id=node, spot=env_bool(env, "UPWELL_NODE_SPOT"),
                   vm_size=env.get("UPWELL_VM_SIZE", "local"), state_file=env.get("UPWELL_STATE_FILE", ""),
                   scratch=env.get("UPWELL_SCRATCH", ""),
-                  max_dequeue_count=int(env.get("UPWELL_MAX_DEQUEUE_COUNT", "5")),
-                  lease_s=int(env.get("UPWELL_LEASE_S", "60")),
-                  retry_backoff_s=float(env.get("UPWELL_RETRY_BACKOFF_S", "2")))
+                  max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
+                  lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
+                  retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
+                  ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
 
-class Lease:
-    """The message in hand and its latest pop receipt; extended from the launcher's tick."""
+@dataclass
+class _Hand:
+    """The message in hand: its work item, lease, rows, bound log, and when the attempt started."""
 
-    def __init__(self, queue, msg, lease_s: int):
-        self.queue, self.msg, self.lease_s = queue, msg, lease_s
-        self.receipt = msg.pop_receipt
-        self._lock = threading.Lock()
-        self._last = time.monotonic()
-
-    def extend(self, force: bool = False) -> None:
-        with self._lock:
-            if not force and time.monotonic() - self._last < self.lease_s / 3:
-                return
-            updated = self.queue.update_message(self.msg.id, pop_receipt=self.receipt, visibility_timeout=self.lease_s)
-            self.receipt = updated.pop_receipt
-            self._last = time.monotonic()
-
-    def release(self, delay_s: int = 0) -> None:
-        with self._lock:
-            self.queue.update_message(self.msg.id, pop_receipt=self.receipt, visibility_timeout=int(delay_s))
-
-    def ack(self) -> None:
-        with self._lock:
-            try:
-                self.queue.delete_message(self.msg.id, self.receipt)
-            except ResourceNotFoundError:
-                pass  # already gone: the effect is recorded, nothing to do
+    item: WorkItem
+    lease: Lease
+    shard: ShardRow
+    job: JobRow
+    log: Any
+    started: str | None = None
 
 
 class Agent:
@@ -108,8 +95,10 @@ class Agent:
         self.config = config
         self.settings = settings or Settings.from_env()
         self.ledger = Ledger(storage)
-        self.queue = storage.queue(names.work_queue(config.pool))
-        self.poison = storage.queue(names.poison_queue(names.work_queue(config.pool)))
+        self.queue_name = names.work_queue(config.pool)
+        self.poison_name = names.poison_queue(self.queue_name)
+        self.queue = storage.queue(self.queue_name)
+        self.attempts = AttemptConfig(max_failures=config.max_dequeue_count, retry_backoff_s=config.retry_backoff_s)
         self.stop = threading.Event()  # preempt now
         self.drain = threading.Event()  # finish the item in hand, then exit
         self.log = logs.get("upwell.agent", pool=config.pool, node=config.node_id)
@@ -123,9 +112,9 @@ class Agent:
         self._state("idle")
         while not self.stop.is_set() and not self.drain.is_set():
             try:
-                msg = self.queue.receive_message(visibility_timeout=self.config.lease_s)
-            except AzureError as exc:
-                self.log.warning("agent.receive_failed", error=str(exc).splitlines()[0][:200])
+                msg = self.storage.receive(self.queue_name, visibility_timeout=self.config.lease_s)
+            except UpwellError as exc:
+                self.log.warning("agent.receive_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
                 self.stop.wait(self.config.poll_s * 2)
                 continue
             if msg is None:
@@ -136,7 +125,7 @@ class Agent:
                 continue
             try:
                 self.handle(msg)
-            except Exception as exc:  # noqa: BLE001 - the message reappears after its lease; log and go on
+            except Exception as exc:  # the message reappears after its lease; log and go on
                 self.log.exception("agent.handle_crashed", error=str(exc)[:300])
             self.processed += 1
             idle_since = time.monotonic()
@@ -148,47 +137,50 @@ class Agent:
 
     def handle(self, msg) -> str:
         """Process one message; returns what happened (for tests and logs)."""
-        lease = Lease(self.queue, msg, self.config.lease_s)
+        lease = Lease(self.queue, msg, self.config.lease_s, min_renew_s=self.config.lease_s / 3)
         try:
             item = decode(msg.content)
         except DecodeError as exc:
-            self.poison.send_message(msg.content)
-            lease.ack()
-            self.log.error("agent.undecodable", error=str(exc), message_id=msg.id)
+            verdict = decide_delivery(decoded=False, result_exists=False, dequeue_count=msg.dequeue_count,
+                                      shard=ShardRow(), job=JobRow(), config=self.attempts)
+            self.storage.send(self.poison_name, msg.content)
+            lease.delete()
+            self.log.error("agent.undecodable", error=str(exc), message_id=msg.id, reason=verdict.reason)
             return "poisoned-undecodable"
         log = self.log.bind(job_id=item.job_id, shard_id=item.shard_id)
-        if self.storage.exists(f"{names.RESULTS}/{item.result_blob}"):
-            lease.ack()
+        hand = _Hand(item, lease, ShardRow(job_id=item.job_id, shard_id=item.shard_id), JobRow(job_id=item.job_id),
+                     log)
+        exists = self.storage.exists(f"{names.RESULTS}/{item.result_blob}")
+        if not exists:
+            hand.shard = self.ledger.shard(item.job_id, item.shard_id) or hand.shard
+            hand.job = self.ledger.job(item.job_id) or hand.job
+        verdict = decide_delivery(decoded=True, result_exists=exists, dequeue_count=msg.dequeue_count,
+                                  shard=hand.shard, job=hand.job, config=self.attempts)
+        if verdict.kind is VerdictKind.DONE:
+            lease.delete()
             log.info("agent.duplicate", dequeue_count=msg.dequeue_count)
             return "duplicate"
-        shard = self.ledger.shard(item.job_id, item.shard_id) or {}
-        job = self.ledger.job(item.job_id) or {}
-        failures = msg.dequeue_count - 1 - _excused(shard)  # attempts that ended without a clean outcome
-        if failures >= self.config.max_dequeue_count:
-            return self._poison(item, lease, shard, job, "gave up: the worker died or failed "
-                                f"{failures} times (maxDequeueCount {self.config.max_dequeue_count})", log)
-        budget = job.get("budget_usd")
-        if budget is not None and float(job.get("spent_usd") or 0) >= float(budget):
-            return self._poison(item, lease, shard, job, f"budget exceeded: spent ${float(job['spent_usd']):.2f} "
-                                f"of ${float(budget):.2f}; the job is no longer dispatched", log, poison=False)
-        cap = self._cap(job)
+        if verdict.kind is not VerdictKind.RUN:
+            return self._give_up(hand, verdict)
+        cap = self._cap(hand.job)
         if cap and self._over_cap(item, cap, started=False):
-            return self._defer(item, lease, cap, log, started=False)
+            return self._defer(hand, cap, started=False)
         attempt = msg.dequeue_count
         if not self.ledger.shard_started(item.job_id, item.shard_id, node=self.config.node_id, pool=self.config.pool,
                                          attempt=attempt, spot=self.config.spot):
-            lease.ack()
+            lease.delete()
             return "duplicate"
         if cap and self._over_cap(item, cap, started=True):  # lost a race for the last slot
-            return self._defer(item, lease, cap, log, started=True)
+            return self._defer(hand, cap, started=True)
         self._state("running", shard=f"{item.job_id}/{item.shard_id}")
-        return self._run(item.with_attempt(attempt), lease, shard, job, log)
+        hand.item = item.with_attempt(attempt)
+        return self._run(hand)
 
     # -- the per-job concurrency cap ----------------------------------------------------
-    def _cap(self, job: dict) -> int:
+    def _cap(self, job: JobRow) -> int:
         """Running shards allowed per job: the manifest's max_concurrency and UPWELL_MAX_CONCURRENCY,
         the lower of those set; 0 is no cap."""
-        caps = [c for c in (int(job.get("max_concurrency") or 0), self.settings.max_concurrency) if c > 0]
+        caps = [c for c in (job.max_concurrency, self.settings.max_concurrency) if c > 0]
         return min(caps) if caps else 0
 
     def _over_cap(self, item: WorkItem, cap: int, *, started: bool) -> bool:
@@ -200,99 +192,95 @@ class Agent:
             return sum(1 for _, sid in active if sid != item.shard_id) >= cap
         return item.shard_id not in [sid for _, sid in sorted(active)[:cap]]
 
-    def _defer(self, item: WorkItem, lease: Lease, cap: int, log, *, started: bool) -> str:
-        """Put the message back for a short while; a deferral is not a failure (see _excused)."""
+    def _defer(self, hand: _Hand, cap: int, *, started: bool) -> str:
+        """Put the message back for a short while; a deferral is not a failure (ShardRow.excused)."""
+        item = hand.item
         self.ledger.shard_deferred(item.job_id, item.shard_id, node=self.config.node_id if started else "")
-        lease.release(self.config.defer_s + random.randint(0, self.config.defer_s))
-        log.info("agent.deferred", max_concurrency=cap)
+        hand.lease.release(self.config.defer_s + random.randint(0, self.config.defer_s))
+        hand.log.info("agent.deferred", max_concurrency=cap)
         return "deferred"
 
     # -- one attempt ------------------------------------------------------------------
-    def _run(self, item: WorkItem, lease: Lease, shard: dict, job: dict, log) -> str:
+    def _run(self, hand: _Hand) -> str:
         from workers.launch import run_payload
 
-        started = now_iso()
+        item = hand.item
+        hand.started = now_iso()
         root = Path(tempfile.mkdtemp(prefix=f"upwell-{_safe_name(item.shard_id)[:40]}-",
                                      dir=self.config.scratch or None))
         try:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
-            log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
+            hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
+            result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
+                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None)
+            return self._settle(hand, result, input_path)
+        except UpwellError as exc:  # staging, the launcher refusing the parameters, storage
+            verdict = decide_attempt(AttemptResult(error=exc), hand.shard, item.attempt, self.attempts)
+            if verdict.kind is VerdictKind.POISON:
+                return self._give_up(hand, verdict)
+            hand.log.warning("agent.transient", error=verdict.reason, code=exc.code)
             try:
-                result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                     stop=self.stop, on_tick=lease.extend)
-            except InputRejected as exc:  # unregistered payload, bad parameters: retrying cannot help
-                return self._poison(item, lease, shard, job, f"rejected by the payload: {exc.message}", log,
-                                    started=started)
-            return self._settle(item, lease, shard, job, result, started, input_path, log)
-        except (TransientError, AzureError) as exc:
-            log.warning("agent.transient", error=str(exc).splitlines()[0][:300])
-            try:
-                lease.release(int(self.config.retry_backoff_s))
-            except AzureError:
-                pass
+                hand.lease.release(verdict.delay_s)
+            except UpwellError:
+                pass  # the lease lapses on its own: the message comes back all the same
             return "transient"
         finally:
             shutil.rmtree(root, ignore_errors=True)
 
-    def _settle(self, item: WorkItem, lease: Lease, shard: dict, job: dict, result, started: str,
-                input_path: Path | None, log) -> str:
-        """Act on how the attempt ended: preempted, succeeded, failed for good, or failed to retry."""
+    def _settle(self, hand: _Hand, result, input_path: Path | None) -> str:
+        """Act on how the attempt ended, as decide_attempt rules: preempted, succeeded, retry or poison."""
+        item, log = hand.item, hand.log
         finished = now_iso()
-        node_seconds = seconds_between(started, finished) or result.run_s
-        if result.status == "failed" and self.stop.is_set():
-            # We stopped it: a payload signalled before it could install its handler (still
-            # importing) dies of the signal instead of exiting 75. That is our preemption, not
-            # its failure; counting it would poison shards under a storm of evictions.
-            log.info("agent.stopped_payload_died", exit_code=result.exit_code)
-            result.status = "preempted"
-        if result.status == "preempted":
+        node_seconds = seconds_between(hand.started, finished) or result.run_s
+        verdict = decide_attempt(AttemptResult(status=result.status, exit_code=result.exit_code,
+                                               permanent=bool(getattr(result, "permanent", False)),
+                                               stopped=self.stop.is_set()),
+                                 hand.shard, item.attempt, self.attempts)
+        if verdict.kind is VerdictKind.PREEMPTED:
+            if result.status != "preempted":
+                log.info("agent.stopped_payload_died", exit_code=result.exit_code)
             n = self._stage_checkpoint_out(item, result.checkpoint_dir)
             self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=node_seconds)
-            lease.release(0)
+            hand.lease.release(verdict.delay_s)
             log.info("agent.preempted", checkpoint_files=n)
             return "preempted"
-        if result.status == "succeeded":
+        if verdict.kind is VerdictKind.SUCCEEDED:
             self._stage_checkpoint_out(item, result.checkpoint_dir)
             artifacts = self._stage_out(item, result.artifacts, result.checkpoint_dir.parent / "out")
-            doc = results.document(item, "succeeded", shard=shard, job=job, node=self._node(), started=started,
-                                   finished=finished, launch=result, input_path=input_path,
+            doc = results.document(item, "succeeded", shard=hand.shard, job=hand.job, node=self._node(),
+                                   started=hand.started, finished=finished, launch=result, input_path=input_path,
                                    artifacts=artifacts, settings=self.settings)
             results.write(self.storage, item, doc)
-            if self._cap(job):
+            if self._cap(hand.job):
                 self.ledger.shard_released(item.job_id, item.shard_id)  # its slot is free before collect
-            lease.ack()
+            hand.lease.delete()
             log.info("agent.succeeded", run_s=round(result.run_s, 3))
             return "succeeded"
-        error = f"payload exited with code {result.exit_code}"
-        if getattr(result, "permanent", False):
-            error += " (unusable input: not retried)"
-        if getattr(result, "permanent", False) or item.attempt >= self.config.max_dequeue_count + _excused(shard):
-            return self._poison(item, lease, shard, job, error, log, stderr_tail=result.stderr_tail,
-                                started=started, launch=result)
-        self.ledger.shard_retry(item.job_id, item.shard_id, error=error, stderr_tail=result.stderr_tail,
+        if verdict.kind is VerdictKind.POISON:
+            return self._give_up(hand, verdict, stderr_tail=result.stderr_tail, launch=result)
+        self.ledger.shard_retry(item.job_id, item.shard_id, error=verdict.reason, stderr_tail=result.stderr_tail,
                                 node_seconds=node_seconds)
-        lease.release(int(min(60, self.config.retry_backoff_s * 2 ** (item.attempt - 1))))
+        hand.lease.release(verdict.delay_s)
         log.warning("agent.failed_will_retry", exit_code=result.exit_code, attempt=item.attempt)
         return "retry"
 
-    def _poison(self, item: WorkItem, lease: Lease, shard: dict, job: dict, error: str, log, *,
-                stderr_tail: str = "", started: str | None = None, launch=None, poison: bool = True) -> str:
-        """Record a permanent failure as the shard's result (collect counts it), then drop the message."""
-        tail = stderr_tail or str(shard.get("stderr_tail") or "")
-        doc = results.document(item, "failed", shard=shard, job=job, node=self._node(), started=started,
-                               finished=now_iso(), launch=launch, error=error, stderr_tail=tail,
-                               settings=self.settings)
+    def _give_up(self, hand: _Hand, verdict: Verdict, *, stderr_tail: str = "", launch=None) -> str:
+        """POISON or DROP: record the failure as the shard's result (collect counts it), then settle."""
+        item, poison = hand.item, verdict.kind is VerdictKind.POISON
+        doc = results.document(item, "failed", shard=hand.shard, job=hand.job, node=self._node(),
+                               started=hand.started, finished=now_iso(), launch=launch, error=verdict.reason,
+                               stderr_tail=stderr_tail or hand.shard.stderr_tail, settings=self.settings)
         doc["poisoned"] = poison
         if poison:
             # Before the result: once the result exists, a redelivery only acks, so a crash between
             # the two would lose the poison copy. This order can at worst send it twice.
-            self.poison.send_message(lease.msg.content)
+            self.storage.send(self.poison_name, hand.lease.message.content)
         results.write(self.storage, item, doc)
-        if self._cap(job):
+        if self._cap(hand.job):
             self.ledger.shard_released(item.job_id, item.shard_id)
-        lease.ack()
-        log.error("agent.poisoned" if poison else "agent.dropped", error=error)
+        hand.lease.delete()
+        hand.log.error("agent.poisoned" if poison else "agent.dropped", error=verdict.reason)
         return "poisoned" if poison else "dropped"
 
     # -- staging ------------------------------------------------------------------------
@@ -301,9 +289,8 @@ class Agent:
             return None
         dest = root / "input" / Path(item.input_blob).name
         dest.parent.mkdir(parents=True, exist_ok=True)
-        container, name = item.input_blob.split("/", 1)
         with open(dest, "wb") as fh:
-            self.storage.blob(container, name).download_blob().readinto(fh)
+            self.storage.download(item.input_blob, fh)
         return dest
 
     def _stage_checkpoint(self, item: WorkItem, root: Path) -> Path | None:
@@ -319,7 +306,7 @@ class Agent:
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as fh:
-                self.storage.blob(names.CHECKPOINTS, b.name).download_blob().readinto(fh)
+                self.storage.download(f"{names.CHECKPOINTS}/{b.name}", fh)
         return dest
 
     def _stage_checkpoint_out(self, item: WorkItem, ckpt: Path | None) -> int:
@@ -361,11 +348,6 @@ class Agent:
         os.replace(tmp, path)
 
 
-def _excused(shard: dict) -> int:
-    """Deliveries that were not failed attempts: preemptions and concurrency-cap deferrals."""
-    return int(shard.get("preemptions") or 0) + int(shard.get("deferrals") or 0)
-
-
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
 
 
@@ -398,7 +380,7 @@ def _regular(path: Path, root: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="workers.agent", description=__doc__.splitlines()[0])
     parser.add_argument("--pool", default=os.environ.get("UPWELL_POOL", "cpu"))
-    parser.add_argument("--idle-exit", type=float, default=float(os.environ.get("UPWELL_IDLE_EXIT_S", "0")))
+    parser.add_argument("--idle-exit", type=float, default=env_float(os.environ, "UPWELL_IDLE_EXIT_S", 0.0))
     parser.add_argument("--lease", type=int, default=None)
     parser.add_argument("--max-items", type=int, default=0)
     args = parser.parse_args(argv)

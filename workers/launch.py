@@ -12,7 +12,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
-import logging
 import os
 import shutil
 import signal
@@ -25,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from upwell import registry
+from upwell import logs, registry
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress
 
-log = logging.getLogger(__name__)
+log = logs.get("workers.launch")
 
 TAIL_BYTES = 4096
 TICK_S = 5.0  # how often on_tick runs: well inside a queue lease of 30 s or more
@@ -72,13 +71,18 @@ class LaunchResult:
 def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                 resume_dir: Path | None = None, stop: threading.Event | None = None,
                 on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                tick_s: float = TICK_S, grace_s: float = GRACE_S) -> LaunchResult:
+                tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None) -> LaunchResult:
     """Run ``item``'s payload to an end in ``workdir`` and report how it ended.
+
+    ``ranks``: what the node's allocation gives (a Slurm job's CPUs); an MPI payload
+    runs with that many ranks instead of the item's.
 
     Raises InputRejected (permanent) when the payload is not registered, its
     parameters do not validate, or it needs an input and none was given.
     """
     spec = registry.get(item.payload)
+    if ranks and spec.launcher == "mpi":
+        item = dataclasses.replace(item, ranks=int(ranks))
     workdir = Path(workdir).resolve()
     params = validate_params(spec, item.params)
     if spec.needs_input and input_path is None:
@@ -90,7 +94,7 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
         return _result(workdir, "preempted", None, before, "", 0.0)
     command = build_command(spec, item, workdir)
     started = time.monotonic()
-    proc, streams = _start(command, workdir, child_env(spec, item))
+    proc, streams = _start(command, workdir, child_env(spec, item), shield_mpiexec=_shield_mpiexec(spec))
     outcome = _supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                          grace_s=grace_s, stop_signal=stop_signal_for(spec, item))
     streams.join()
@@ -221,12 +225,32 @@ def _die_with_parent() -> None:
         pass
 
 
-def _start(command: list[str], workdir: Path, env: dict[str, str]) -> tuple[subprocess.Popen, _Streams]:
+def _shield_mpiexec(spec: registry.PayloadSpec) -> bool:
+    """Inside a Slurm job, Slurm signals every process of the step (scancel, preemption, a node taken
+    away), mpiexec included, and mpiexec kills its ranks within a second of SIGTERM: before they can
+    checkpoint. So there mpiexec starts with SIGTERM blocked; the ranks (Open MPI unblocks signals in
+    them) still get Slurm's SIGTERM, checkpoint and exit 75; SIGKILL after KillWait still ends all."""
+    return spec.launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
+
+
+def _shielded_child() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # SIGTERM is blocked here
+    except (OSError, AttributeError):
+        pass
+
+
+def _start(command: list[str], workdir: Path, env: dict[str, str],
+           shield_mpiexec: bool = False) -> tuple[subprocess.Popen, _Streams]:
     log_path = workdir / "payload.log"
     with open(log_path, "ab") as handle:
         handle.write(f"$ {' '.join(command)}\n".encode())
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_shielded_child if shield_mpiexec else _die_with_parent)
     return proc, _Streams(proc, log_path)
 
 
@@ -277,7 +301,7 @@ def _tick(on_tick: Callable[[], None] | None) -> None:
     try:
         on_tick()
     except Exception:  # a failed lease extension is the agent's to act on, not a reason to kill the payload
-        log.exception("on_tick failed")
+        log.exception("launch.on_tick_failed")
 
 
 def _signal_group(proc: subprocess.Popen, signum: signal.Signals, outcome: _Outcome | None) -> None:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from upwell import names, provenance
+from upwell.ledger import JobRow, ShardRow
 from upwell.messages import WorkItem
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -19,12 +20,12 @@ from upwell.timeutil import seconds_between
 SCHEMA = 1
 
 
-def document(item: WorkItem, status: str, *, shard: dict, job: dict, node: dict, started: str | None,
+def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node: dict, started: str | None,
              finished: str, settings: Settings, launch=None, input_path: Path | None = None,
              artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "") -> dict:
-    queued = shard.get("queued_at")
+    queued = shard.queued_at or None
     metrics = dict(getattr(launch, "metrics", None) or {})
-    input_sha = provenance.sha256_file(input_path) if input_path else shard.get("input_sha256", "")
+    input_sha = provenance.sha256_file(input_path) if input_path else shard.input_sha256
     return {
         "schema": SCHEMA,
         "job_id": item.job_id,
@@ -41,20 +42,20 @@ def document(item: WorkItem, status: str, *, shard: dict, job: dict, node: dict,
             "finished": finished,
             "run_s": getattr(launch, "run_s", None),
             "node_seconds": seconds_between(started, finished) if started else 0.0,
-            "queue_wait_s": seconds_between(queued, shard.get("first_started_at") or started),
-            "checkpoints": int(shard.get("checkpoints") or 0) + int(getattr(launch, "checkpoints", 0) or 0),
-            "preemptions": int(shard.get("preemptions") or 0),
+            "queue_wait_s": seconds_between(queued, shard.first_started_at or started),
+            "checkpoints": shard.checkpoints + int(getattr(launch, "checkpoints", 0) or 0),
+            "preemptions": shard.preemptions,
             "attempt": item.attempt,
             "resumed_from": getattr(launch, "resumed_from", None),
-            "preempted_node_seconds": float(shard.get("preempted_node_seconds") or 0.0),
-            "failed_node_seconds": float(shard.get("failed_node_seconds") or 0.0),
+            "preempted_node_seconds": shard.preempted_node_seconds,
+            "failed_node_seconds": shard.failed_node_seconds,
         },
         "node": node,
         "provenance": {
             "code_version": settings.code_version or provenance.code_version(),
             "image_digest": settings.image_digest,
             "input_sha256": input_sha,
-            "manifest_hash": job.get("manifest_hash", ""),
+            "manifest_hash": job.manifest_hash,
             "params": item.params,
             "python": provenance.python(),
             "packages": provenance.packages(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from azure.core.exceptions import HttpResponseError
 
+from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
@@ -16,11 +17,11 @@ GROUPS = r"/subscriptions/s1/resourceGroups/rg/providers/Microsoft\.ContainerIns
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"
 
 
-def R(status=200, body=None, headers=None):  # noqa: N802 - a reply, as the server takes it
+def R(status=200, body=None, headers=None):  # a reply, as the server takes it
     return status, body, headers or {}
 
 
-def A(code, message, status=400, headers=None):  # noqa: N802 - ARM's error envelope
+def A(code, message, status=400, headers=None):  # ARM's error envelope
     return status, {"error": {"code": code, "message": message}}, headers or {}
 
 
@@ -40,8 +41,8 @@ def group(name, state="Running", prov="Succeeded", pool="gpu", priority="Regular
 
 
 def make(credential, client_kwargs, s=None, busy=None):
-    return make_pool(s or spec(), credential=credential, client_kwargs=client_kwargs,
-                     busy_nodes=None if busy is None else (lambda pool: busy))
+    """A pool whose every scale_to and status call passes ``busy`` (None: not known), as the Autoscaler does."""
+    return with_busy(make_pool(s or spec(), credential=credential, client_kwargs=client_kwargs), busy)
 
 
 def wait(pool):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
@@ -14,15 +15,15 @@ pytestmark = pytest.mark.contract
 
 
 
-def R(status=200, body=None, headers=None):  # noqa: N802 - a reply, as the server takes it
+def R(status=200, body=None, headers=None):  # a reply, as the server takes it
     return status, body, headers or {}
 
 
-def A(code, message, status=400, headers=None):  # noqa: N802 - ARM's error envelope
+def A(code, message, status=400, headers=None):  # ARM's error envelope
     return status, {"error": {"code": code, "message": message}}, headers or {}
 
 
-def B(code, message, status=409, headers=None):  # noqa: N802 - Batch's data-plane error
+def B(code, message, status=409, headers=None):  # Batch's data-plane error
     return status, {"code": code, "message": {"lang": "en-US", "value": message}}, headers or {}
 
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"
@@ -47,8 +48,9 @@ def nodes_json(*nodes):
 
 
 def make(server, credential, client_kwargs, busy=None, **options):
-    return make_pool(spec(server, **options), credential=credential, client_kwargs=client_kwargs,
-                     busy_nodes=(lambda pool: busy or ()))
+    """A pool whose every scale_to and status call passes ``busy``, as the Autoscaler does."""
+    return with_busy(make_pool(spec(server, **options), credential=credential, client_kwargs=client_kwargs),
+                     busy or ())
 
 
 def test_contract_batch_creates_pool_through_arm_then_resizes(server, credential, client_kwargs):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.contract.test_batch_contract import ARM_POOL, A, R, spec
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.results.status import job_status
 from upwell.scale.autoscaler import Autoscaler
 from upwell.settings import Settings
@@ -19,9 +19,10 @@ def test_contract_quota_error_shows_on_job_status_after_one_interval(server, cre
     store = Storage(azurite.connection_string)
     store.ensure()
     ledger = Ledger(store)
-    ledger.create_job({"job_id": "quota-job", "status": "accepted", "pool": "gpu", "shards_total": 1,
-                       "created_at": "2026-11-30T00:00:00Z"})
-    ledger.add_shards("quota-job", [{"shard_id": "s00000", "status": "queued", "pool": "gpu"}])
+    ledger.create_job(JobRow(job_id="quota-job", status=JobState.ACCEPTED, pool="gpu", shards_total=1,
+                             created_at="2026-11-30T00:00:00Z"))
+    ledger.add_shards("quota-job", [ShardRow(job_id="quota-job", shard_id="s00000", status=ShardState.QUEUED,
+                                             pool="gpu")])
     store.queue("work-gpu").send_message('{"placeholder": true}')
     server.route("GET", r"/pools/upwell-gpu", R(404, {"code": "PoolNotFound", "message": {"value": "no"}}))
     server.route("PUT", ARM_POOL, A("QuotaExceeded", "Operation could not be completed as it results in exceeding "

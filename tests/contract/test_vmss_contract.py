@@ -8,6 +8,7 @@ import base64
 import pytest
 from azure.core.exceptions import HttpResponseError
 
+from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
@@ -21,11 +22,11 @@ QUOTA_MSG = ("Operation could not be completed as it results in exceeding approv
              "Current Usage: 0, Additional Required: 24, (Minimum) New Limit Required: 24.")
 
 
-def R(status=200, body=None, headers=None):  # noqa: N802 - a reply, as the server takes it
+def R(status=200, body=None, headers=None):  # a reply, as the server takes it
     return status, body, headers or {}
 
 
-def A(code, message, status=400, headers=None):  # noqa: N802 - ARM's error envelope
+def A(code, message, status=400, headers=None):  # ARM's error envelope
     return status, {"error": {"code": code, "message": message}}, headers or {}
 
 
@@ -50,8 +51,8 @@ def vm(name, iid, power="running", prov="Succeeded"):
 
 
 def make(server, credential, client_kwargs, s=None, busy=()):
-    return make_pool(s or spec(), credential=credential, client_kwargs=client_kwargs,
-                     busy_nodes=lambda pool: busy)
+    """A pool whose every scale_to and status call passes ``busy``, as the Autoscaler does."""
+    return with_busy(make_pool(s or spec(), credential=credential, client_kwargs=client_kwargs), busy)
 
 
 def wait(pool):

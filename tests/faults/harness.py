@@ -26,7 +26,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from tests.pipeline_helpers import live_worker_pids
 from upwell import names
 from upwell.ingest.ingestor import job_id_for
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, Ledger
 from upwell.local.azurite import Azurite, free_ports
 from upwell.messages import decode
 from upwell.storage import Storage
@@ -97,7 +97,7 @@ def start_azurite(root: Path, ports: tuple[int, int, int] | None = None) -> Azur
         blob, queue, table = ports or free_ports(3)
         try:
             return Azurite(root / "azurite", blob, queue, table).start()
-        except Exception:  # noqa: BLE001 - a port taken between the probe and the bind: try others
+        except Exception:  # a port taken between the probe and the bind: try others
             if ports:
                 raise
     raise RuntimeError("Azurite did not start on free ports")
@@ -201,8 +201,8 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.3):
 
 def progress(storage: Storage, job_id: str) -> int:
     """Shards counted on the job row so far."""
-    job = Ledger(storage).job(job_id) or {}
-    return int(job.get("shards_done") or 0) + int(job.get("shards_failed") or 0)
+    job = Ledger(storage).job(job_id) or JobRow(job_id=job_id)
+    return int(job.shards_done or 0) + int(job.shards_failed or 0)
 
 
 def wait_progress(storage: Storage, job_id: str, shards: int, timeout: float = 120) -> None:
@@ -212,7 +212,7 @@ def wait_progress(storage: Storage, job_id: str, shards: int, timeout: float = 1
 def wait_reported(storage: Storage, job_id: str, timeout: float = 180) -> dict:
     def reported():
         job = Ledger(storage).job(job_id)
-        return job if job and job.get("reported") else None
+        return job if job and job.reported else None
 
     return wait_until(reported, timeout, f"the report of {job_id}")
 
@@ -245,20 +245,20 @@ def verify(stack: Stack, job_id: str, counts: Counts, *, poisoned: set[str] = fr
     """Everything the issue asks after a fault; fills ``counts`` (lost, poisoned, retries, preemptions)."""
     storage, ledger = stack.storage, Ledger(stack.storage)
     job = wait_reported(storage, job_id)
-    rows = {r["RowKey"]: r for r in ledger.shards(job_id)}
-    total = int(job["shards_total"])
+    rows = {r.shard_id: r for r in ledger.shards(job_id)}
+    total = int(job.shards_total)
     assert total == counts.shards == len(rows), (total, counts.shards, len(rows))
-    done = {s for s, r in rows.items() if r.get("status") == "succeeded"}
-    failed = {s for s, r in rows.items() if r.get("status") == "failed" and r.get("error")}
+    done = {s for s, r in rows.items() if r.status == "succeeded"}
+    failed = {s for s, r in rows.items() if r.status == "failed" and r.error}
     counts.lost = total - len(done) - len(failed)
     counts.poisoned = len(failed)
-    counts.retries = sum(int(r.get("failures") or 0) for r in rows.values())
-    counts.preemptions = sum(int(r.get("preemptions") or 0) for r in rows.values())
-    assert counts.lost == 0, {s: r.get("status") for s, r in rows.items() if s not in done | failed}
+    counts.retries = sum(int(r.failures or 0) for r in rows.values())
+    counts.preemptions = sum(int(r.preemptions or 0) for r in rows.values())
+    assert counts.lost == 0, {s: r.status for s, r in rows.items() if s not in done | failed}
     assert failed == set(poisoned), (sorted(failed), sorted(poisoned))
     # Counted exactly once: the job row's counters agree with the shard rows.
-    assert (int(job["shards_done"]), int(job["shards_failed"])) == (len(done), len(failed))
-    assert job["status"] == ("succeeded" if not failed else "partially_failed"), job["status"]
+    assert (int(job.shards_done), int(job.shards_failed)) == (len(done), len(failed))
+    assert job.status == ("succeeded" if not failed else "partially_failed"), job.status
     # Each result exists exactly once, and says what the ledger says.
     result_names = sorted(b.name for b in storage.list(names.RESULTS, f"{job_id}/") if b.name.count("/") == 1)
     assert result_names == sorted(f"{job_id}/{s}.json" for s in rows), "one result per shard"
@@ -266,7 +266,7 @@ def verify(stack: Stack, job_id: str, counts: Counts, *, poisoned: set[str] = fr
         doc = json.loads(storage.read(f"{names.RESULTS}/{job_id}/{s}.json"))
         assert doc["status"] == ("failed" if s in failed else "succeeded"), (s, doc["status"])
     # The report: built once, listing the failures.
-    assert int(job.get("report_count") or 0) == 1, job.get("report_count")
+    assert int(job.report_count or 0) == 1, job.report_count
     summary = json.loads(storage.read(f"{names.REPORTS}/{job_id}/summary.json"))
     assert {f["shard_id"] for f in summary["failures"]} == failed
     assert summary["counts"]["succeeded"] == len(done)

@@ -90,8 +90,8 @@ def test_with_the_reconciler_off_dropped_events_leave_the_job_stuck(stack):
             host.publisher.set_faults(EventFaults())
             time.sleep(PERIOD_S + GRACE_S + 5)  # longer than one reconcile period: nothing comes
             dropped = host.publisher.stats["dropped"]
-            job = Ledger(stack.storage).job(job_id) or {}
-            assert dropped >= 1 and not job.get("reported"), (dropped, job.get("status"))
+            job = Ledger(stack.storage).job(job_id)
+            assert dropped >= 1 and not (job and job.reported), (dropped, job and job.status)
             stuck = SHARDS - harness.progress(stack.storage, job_id)
             assert stuck >= 1, "every shard was counted although events were dropped"
             Reconciler(stack.storage, Settings.from_env()).run()  # what the timer would have done

@@ -119,8 +119,8 @@ def test_transient_failures_succeed_on_retry(stack):
                                     harness.sweep("transient", grid=grid))
             harness.verify(stack, job_id, counts)
         for row in Ledger(stack.storage).shards(job_id):
-            sid, want = row["RowKey"], json.loads(row["params"])["fail_first_attempts"]
-            assert int(row.get("failures") or 0) == want, (sid, row.get("failures"), want)
+            sid, want = row.shard_id, json.loads(row.params)["fail_first_attempts"]
+            assert int(row.failures or 0) == want, (sid, row.failures, want)
             doc = json.loads(stack.storage.read(f"{names.RESULTS}/{job_id}/{sid}.json"))
             # The attempt number reached the payload (through item.json), which failed until it passed want.
             assert doc["metrics"]["attempt"] == doc["timings"]["attempt"] > want, (sid, doc["timings"])
@@ -137,14 +137,14 @@ def test_poison_payload_reaches_poison_queue(stack, monkeypatch):
         with harness.in_process_host(stack):
             job_id = harness.upload(stack.storage, "faults/poison/job.yaml", harness.sweep("poison", grid=grid))
             harness.wait_progress(stack.storage, job_id, 1)
-            poisoned = {r["RowKey"] for r in Ledger(stack.storage).shards(job_id)
-                        if json.loads(r["params"])["fail_first_attempts"] == 100}
+            poisoned = {r.shard_id for r in Ledger(stack.storage).shards(job_id)
+                        if json.loads(r.params)["fail_first_attempts"] == 100}
             assert len(poisoned) == 10
             harness.verify(stack, job_id, counts, poisoned=poisoned)
         for row in Ledger(stack.storage).shards(job_id):
-            if row["RowKey"] in poisoned:
-                assert "exited with code 1" in row["error"] and "injected failure" in row["stderr_tail"]
-                assert int(row["failures"]) == 4  # the fifth failure poisons instead of retrying
+            if row.shard_id in poisoned:
+                assert "exited with code 1" in row.error and "injected failure" in row.stderr_tail
+                assert int(row.failures) == 4  # the fifth failure poisons instead of retrying
         report = stack.storage.read(f"{names.REPORTS}/{job_id}/index.html").decode()
         assert all(s in report for s in poisoned)
         harness.no_orphans(stack)

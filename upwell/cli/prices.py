@@ -109,7 +109,7 @@ def get_json(url: str, timeout: float = 20.0) -> dict:
     """GET a JSON document; any network or decode failure is a RefreshFailed."""
     request = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": "upwell"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - a fixed https URL
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # a fixed https URL
             return json.loads(resp.read().decode("utf-8"))
     except (urllib.error.URLError, TimeoutError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -23,6 +23,9 @@ def simulate(
     keda_linger_min: float = typer.Option(10.0, help="minutes a Kubernetes node stays after its pod went "
                                                      "(cluster-autoscaler scale-down-unneeded-time)"),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="write pool size vs backlog plots"),
+    backend: str = typer.Option(None, "--backend", help="cloud (nodes boot for the trace's delay) or slurm "
+                                                      "(agents are jobs on a fixed cluster of --pool-max "
+                                                      "nodes: no boot); default: each trace's own"),
 ) -> None:
     """Simulate a pool under workload traces and compare scaling policies side by side."""
     from upwell.errors import UpwellError
@@ -31,21 +34,21 @@ def simulate(
     try:
         loaded = [sim.load_trace(t) for t in (traces or sim.DEFAULT_TRACES)]
         results = sim.compare(loaded, seed, tuple(policy or sim.DEFAULT_POLICIES), max_nodes=pool_max,
-                              spot_share=spot_share, linger_s=keda_linger_min * 60)
+                              spot_share=spot_share, linger_s=keda_linger_min * 60, backend=backend)
     except UpwellError as exc:
         console.print(f"[red]error[/] {exc}")
         raise typer.Exit(2) from None
     for trace in loaded:
-        console.print(table(trace, results[trace.name], seed))
+        console.print(table(trace, results[trace.name], seed, backend))
     paths = sim.write(results, out, plots=plots)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-def table(trace, results, seed: int) -> Table:
+def table(trace, results, seed: int, backend: str | None = None) -> Table:
     """One trace's results; the lowest cost x makespan (USD x hours) in green."""
     best = min(r.cost_x_makespan for r in results)
     t = Table(title=f"{trace.name} (seed {seed}): {results[0].tasks} tasks, at most {trace.max_nodes} nodes, "
-                    f"spot share {trace.spot_share:g}",
+                    f"spot share {trace.spot_share:g}{', ' + backend if backend else ''}",
               caption=trace.description, caption_justify="left")
     for col in ("policy", "done", "makespan\nmin", "cost\n$", "idle\nnode-min", "boot\nnode-min", "p95 wait\nmin",
                 "lost\ntask-min", "evic-\ntions", "cost x\nmakespan"):

@@ -16,15 +16,15 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
 from upwell import logs, names, registry
-from upwell.errors import InputRejected
+from upwell.errors import ConfigError, InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.sharding import shard_csv, shard_parquet
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -123,9 +123,9 @@ class Ingestor:
                 raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                     field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
             existing = self.ledger.job(job_id)
-            if existing and existing.get("status") not in ("ingesting",):
-                bound.info("ingest.duplicate", status=existing.get("status"))
-                return Outcome(job_id, "duplicate", int(existing.get("shards_total") or 0))
+            if existing and existing.status != JobState.INGESTING:
+                bound.info("ingest.duplicate", status=existing.status.value)
+                return Outcome(job_id, "duplicate", existing.shards_total)
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
@@ -267,17 +267,17 @@ class Ingestor:
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        self.ledger.create_job(job)
+        self.ledger.create_job(JobRow.from_entity(job))
         now = now_iso()
         self.ledger.add_shards(job_id, [
-            {"shard_id": sid, "status": "queued", "attempts": 0, "preemptions": 0, "queued_at": now,
-             "pool": job["pool"], "params": json.dumps(params, sort_keys=True), "input_blob": blob or "",
-             "input_sha256": digest, "result_blob": f"{names.RESULTS}/{job_id}/{sid}.json"}
+            ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
+                     params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                     result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
         for text in texts:
             queue.send_message(text)
-        self.ledger.update_job(job_id, status="accepted", accepted_at=now_iso())
+        self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.name,
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
@@ -298,15 +298,13 @@ class Ingestor:
             pass  # already moved by an earlier delivery
         self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
                            content_type="application/json")
-        self.ledger.create_job({"job_id": job_id, "name": name[:200], "status": "rejected", "message": exc.message,
-                                "error_field": exc.field, "error_row": exc.row,
-                                "source_blob": f"incoming/{name}"[:1000],
-                                "quarantine_blob": f"{names.QUARANTINE}/{safe}", "created_at": now_iso(),
-                                "shards_total": 0, "shards_done": 0, "shards_failed": 0})
-        self.ledger.update_job(job_id, status="rejected", message=exc.message)
+        self.ledger.create_job(JobRow(job_id=job_id, name=name[:200], status=JobState.REJECTED, message=exc.message,
+                                      error_field=exc.field, error_row=exc.row, source_blob=f"incoming/{name}"[:1000],
+                                      quarantine_blob=f"{names.QUARANTINE}/{safe}", created_at=now_iso()))
+        self.ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message)
         try:
             src.delete_blob(etag=etag, match_condition=_if_match())
-        except Exception as err:  # noqa: BLE001 - a newer upload under the same name stays
+        except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
 
 
@@ -347,5 +345,5 @@ def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
         from upwell import cost
 
         return float(cost.estimate(node_seconds, price_key, spot))
-    except Exception:  # noqa: BLE001 - an unknown price key estimates as 0 and says so in the report
+    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
         return 0.0

@@ -104,7 +104,7 @@ class PipelineRule(BaseModel):
 class _SafeLoader(yaml.SafeLoader):
     """SafeLoader that counts aliases, so a billion-laughs document is refused early."""
 
-    def compose_node(self, parent, index):  # noqa: D401
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             self._aliases = getattr(self, "_aliases", 0) + 1
             if self._aliases > MAX_ALIASES:
@@ -161,7 +161,7 @@ def parse_document(data: bytes, source: str) -> dict:
         raise InputRejected(f"{source} is empty", field="document", source=source)
     try:
         # The safe loader only (a SafeLoader subclass): no python/* tags, aliases counted.
-        doc = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=_SafeLoader)  # noqa: S506
+        doc = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=_SafeLoader)
     except RecursionError:
         raise InputRejected(f"{source}: the document is nested too deeply", field="document",
                             source=source) from None

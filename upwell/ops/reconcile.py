@@ -39,9 +39,9 @@ from dataclasses import asdict, dataclass, field
 from azure.core.exceptions import ResourceNotFoundError
 
 from upwell import logs, names
-from upwell.errors import RedriveExhausted
+from upwell.errors import NotFound, RedriveExhausted
 from upwell.ingest.ingestor import Ingestor, is_manifest, is_manifest_input, job_id_for
-from upwell.ledger import TERMINAL_JOB, Ledger
+from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
 from upwell.results.collect import RESULT_NAME, collect
 from upwell.results.publish import reconcile as requeue_reports
 from upwell.settings import Settings
@@ -50,8 +50,7 @@ from upwell.storage import Storage
 log = logs.get("upwell.ops.reconcile")
 PARTITION = "_reconcile"
 STATE_ROW = "state"
-TERMINAL_SHARD = ("succeeded", "failed")
-ACTIVE_JOB = ("accepted", "running")  # jobs whose shards may still be collected
+ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)  # jobs whose shards may still be collected
 POISON_LEASE_S = 120
 REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
 
@@ -218,8 +217,8 @@ class Reconciler:
     def _results(self, result: Pass, state: dict, redrives: dict) -> None:
         cutoff = self.clock() - self.settings.reconcile_grace_s
         for job in self.ledger.jobs(*ACTIVE_JOB):
-            job_id = job["PartitionKey"]
-            open_shards = {r["RowKey"] for r in self.ledger.shards(job_id) if r.get("status") not in TERMINAL_SHARD}
+            job_id = job.job_id
+            open_shards = {r.shard_id for r in self.ledger.shards(job_id) if r.status not in TERMINAL_SHARD}
             if not open_shards:
                 continue
             for blob in self.storage.list(names.RESULTS, f"{job_id}/"):
@@ -258,10 +257,10 @@ class Reconciler:
         rows = self.table_jobs().query_entities("RowKey eq @job and Timestamp ge @since",
                                                 parameters={"job": names.JOB_ROW, "since": since})
         stale = min(60.0, float(self.settings.reconcile_grace_s))
-        pending = [dict(r) for r in rows if not r.get("reported")]
+        pending = [JobRow.from_entity(r) for r in rows if not r.get("reported")]
         for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale, jobs=pending):
             self._act(result, Action("unreported_job", job_id, "requeued"))
-        waiting = [j for j in pending if j.get("status") in TERMINAL_JOB and j.get("status") != "rejected"]
+        waiting = [j for j in pending if j.status in TERMINAL_JOB and j.status != JobState.REJECTED]
         # A job still waiting for its report keeps the window where it was until it is reported.
         state["last_pass"] = last if waiting else now
 
@@ -271,7 +270,7 @@ class Reconciler:
         if container == names.INCOMING:
             try:
                 etag = str(self.storage.blob(names.INCOMING, name).get_blob_properties().etag)
-            except ResourceNotFoundError:
+            except (ResourceNotFoundError, NotFound):
                 self._act(result, Action(kind, f"{container}/{name}", "skipped", "the blob is gone (moved or deleted)"))
                 return True
             return self._redrive_ingest(result, redrives, kind, name, etag)
@@ -291,7 +290,7 @@ class Reconciler:
             client = container.get_blob_client(blob.name)
             try:
                 events = json.loads(client.download_blob().readall())
-            except (ValueError, ResourceNotFoundError):
+            except (ValueError, ResourceNotFoundError, NotFound):
                 continue
             resolved = all(self._redrive_blob(result, redrives, "dead_letter", *where)
                            for where in _event_blobs(events if isinstance(events, list) else [events]))

@@ -11,10 +11,9 @@ import json
 import re
 from dataclasses import dataclass
 
-from azure.core.exceptions import ResourceNotFoundError
-
 from upwell import logs, names
-from upwell.ledger import Ledger
+from upwell.errors import ConfigError, NotFound
+from upwell.ledger import JobRow, Ledger, ShardState
 from upwell.storage import Storage
 
 RESULT_NAME = re.compile(r"^(?P<job>[^/]+)/(?P<shard>[^/]+)\.json$")
@@ -30,7 +29,7 @@ class Collected:
     job_status: str
 
 
-def shard_cost(doc: dict, job: dict) -> float:
+def shard_cost(doc: dict, job: JobRow) -> float:
     """node-seconds x price for this shard's attempts (failed and preempted ones too)."""
     t = doc.get("timings") or {}
     node_seconds = float(t.get("node_seconds") or 0) + float(t.get("preempted_node_seconds") or 0) \
@@ -39,14 +38,14 @@ def shard_cost(doc: dict, job: dict) -> float:
         from upwell import cost
 
         spot = bool((doc.get("node") or {}).get("spot"))
-        return float(cost.estimate(node_seconds, job.get("price_key") or "local", spot))
-    except Exception:  # noqa: BLE001 - unknown price key: no cost rather than a lost shard
+        return float(cost.estimate(node_seconds, job.price_key or "local", spot))
+    except ConfigError:  # unknown price key: no cost rather than a lost shard
         return 0.0
 
 
-def report_queue(storage: Storage):
-    """The report queue. Plain JSON text: host.json sets the queue messageEncoding to "none"."""
-    return storage.queue(names.REPORT_QUEUE)
+def request_report(storage: Storage, job_id: str) -> None:
+    """Ask for the job's report. Plain JSON text: host.json sets the queue messageEncoding to "none"."""
+    storage.send(names.REPORT_QUEUE, json.dumps({"job_id": job_id}))
 
 
 def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:
@@ -58,12 +57,12 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     job_id, shard_id = m["job"], m["shard"]
     try:
         doc = json.loads(storage.read(f"{names.RESULTS}/{name}"))
-    except ResourceNotFoundError:
+    except NotFound:
         return None
     except json.JSONDecodeError:
         doc = {"status": "failed", "error": f"results/{name} is not valid JSON"}
-    job = ledger.job(job_id) or {}
-    status = "succeeded" if doc.get("status") == "succeeded" else "failed"
+    job = ledger.job(job_id) or JobRow(job_id=job_id)
+    status = ShardState.SUCCEEDED if doc.get("status") == "succeeded" else ShardState.FAILED
     t = doc.get("timings") or {}
     fields = {"finished_at": t.get("finished") or "", "error": (doc.get("error") or "")[:2000],
               "stderr_tail": (doc.get("stderr_tail") or "")[-4000:], "node_seconds": float(t.get("node_seconds") or 0),
@@ -74,8 +73,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
         fields["node"] = doc["node"]["id"]
     done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=shard_cost(doc, job))
     bound = log.bind(job_id=job_id, shard_id=shard_id)
-    bound.info("collect.shard", status=status, counted=done.counted, job_done=done.job_done)
+    bound.info("collect.shard", status=status.value, counted=done.counted, job_done=done.job_done)
     if done.job_done:
-        report_queue(storage).send_message(json.dumps({"job_id": job_id}))
+        request_report(storage, job_id)
         bound.info("collect.job_done", job_status=done.job_status)
     return Collected(job_id, shard_id, done.counted, done.job_done, done.job_status)

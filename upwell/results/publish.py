@@ -12,14 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from azure.core.exceptions import ResourceNotFoundError
-
 from upwell import logs, names
-from upwell.ledger import TERMINAL_JOB, Ledger
+from upwell.errors import NotFound
+from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger, ShardRow
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
-log = logs.get("upwell.results.report")
+log = logs.get("upwell.results.publish")
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png"}
 
 
@@ -30,27 +29,28 @@ class Published:
     files: tuple[str, ...] = ()
 
 
-def gather(storage: Storage, ledger: Ledger, job_id: str) -> tuple[dict, list[dict], list[dict], list[dict]]:
-    job = ledger.job(job_id) or {"PartitionKey": job_id}
-    shards = sorted(ledger.shards(job_id), key=lambda r: r["RowKey"])
+def gather(storage: Storage, ledger: Ledger, job_id: str) -> tuple[JobRow, list[ShardRow], list[dict], list[dict]]:
+    """What the report is built from: the job's rows, its result documents and the pool's scale events."""
+    job = ledger.job(job_id) or JobRow(job_id=job_id)
+    shards = sorted(ledger.shards(job_id), key=lambda r: r.shard_id)
     results = []
     for blob in storage.list(names.RESULTS, f"{job_id}/"):
         if blob.name.count("/") == 1 and blob.name.endswith(".json"):
             try:
                 results.append(json.loads(storage.read(f"{names.RESULTS}/{blob.name}")))
-            except (ResourceNotFoundError, json.JSONDecodeError):
+            except (NotFound, json.JSONDecodeError):
                 continue
     events = scale_events(storage, job)
     return job, shards, results, events
 
 
-def scale_events(storage: Storage, job: dict) -> list[dict]:
+def scale_events(storage: Storage, job: JobRow) -> list[dict]:
     """Scale decisions for the job's pool during the job's lifetime."""
-    pool = job.get("pool")
+    pool = job.pool
     if not pool:
         return []
-    start = job.get("created_at") or ""
-    end = job.get("finished_at") or now_iso()
+    start = job.created_at
+    end = job.finished_at or now_iso()
     table = storage.table(names.SCALE_TABLE)
     rows = table.query_entities("PartitionKey eq @p and RowKey ge @a and RowKey le @b",
                                 parameters={"p": pool, "a": start, "b": end + "~"})
@@ -63,12 +63,14 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
 
     ledger = ledger or Ledger(storage)
     job = ledger.job(job_id)
-    if job is None or job.get("status") not in TERMINAL_JOB:
+    if job is None or not job.terminal:
         return Published(job_id, False)
     if not force and not ledger.claim_report(job_id):
         return Published(job_id, False)
     job, shards, results, events = gather(storage, ledger, job_id)
-    files = build_report(job, shards, results, events, fetch=storage.read)
+    # The report is a pure function of what is stored (it also reads result documents and copes
+    # with any of them missing or malformed), so it takes the rows in their stored form.
+    files = build_report(job.to_entity(), [s.to_entity() for s in shards], results, events, fetch=storage.read)
     written = []
     for rel, data in files.items():
         ext = "." + rel.rsplit(".", 1)[-1]
@@ -76,33 +78,32 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
         storage.write(path, data, content_type=CONTENT_TYPES.get(ext))
         written.append(path)
     ledger.update_job(job_id, reported=True, reported_at=now_iso(), report_blob=f"{names.REPORTS}/{job_id}/index.html",
-                      report_count=int(job.get("report_count") or 0) + 1)
+                      report_count=job.report_count + 1)
     log.info("report.published", job_id=job_id, files=len(written))
     return Published(job_id, True, tuple(written))
 
 
 def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0,
-              jobs: Iterable[dict] | None = None) -> list[str]:
+              jobs: Iterable[JobRow] | None = None) -> list[str]:
     """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash).
     ``jobs``: the job rows to look at (default: every terminal job)."""
     import time
 
-    from upwell.results.collect import report_queue
+    from upwell.results.collect import request_report
 
     ledger = ledger or Ledger(storage)
     requeued = []
-    rows = ledger.jobs(*[s for s in TERMINAL_JOB if s != "rejected"]) if jobs is None else jobs
+    rows = ledger.jobs(*[s for s in TERMINAL_JOB if s != JobState.REJECTED]) if jobs is None else jobs
     for job in rows:
-        if job.get("status") not in TERMINAL_JOB or job.get("status") == "rejected":
+        if job.status not in TERMINAL_JOB or job.status == JobState.REJECTED:
             continue
-        if job.get("reported"):
+        if job.reported:
             continue
-        claimed = float(job.get("report_claimed") or 0)
-        if claimed and time.time() - claimed < stale_s:
+        if job.report_claimed and time.time() - job.report_claimed < stale_s:
             continue
-        finished = parse_iso(job.get("finished_at"))
+        finished = parse_iso(job.finished_at or None)
         if finished is not None and (datetime.now(UTC) - finished).total_seconds() < stale_s:
             continue  # the collect function's own message is probably still on its way
-        report_queue(storage).send_message(json.dumps({"job_id": job["PartitionKey"]}))
-        requeued.append(job["PartitionKey"])
+        request_report(storage, job.job_id)
+        requeued.append(job.job_id)
     return requeued

@@ -17,8 +17,9 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from upwell import logs, names
-from upwell.errors import BudgetExceeded, PoolError
+from upwell.errors import BudgetExceeded, ConfigError, PoolError
 from upwell.ledger import Ledger
+from upwell.rows import ACTIVE_JOB, JobRow, ShardRow
 from upwell.scale import policy as scaling
 from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
@@ -26,7 +27,7 @@ from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.scale.autoscaler")
-ACTIVE = ("accepted", "running")
+ACTIVE = ACTIVE_JOB
 
 
 def _prices(spec: PoolSpec) -> tuple[float, float | None, int, str]:
@@ -36,7 +37,7 @@ def _prices(spec: PoolSpec) -> tuple[float, float | None, int, str]:
 
         row = cost.load().get(spec.price_key)
         return float(row.payg), float(row.spot) if row.spot else None, int(row.vcpus), row.quota_family
-    except Exception:  # noqa: BLE001 - an unknown key: no budget cap can apply; the reason says $0/h
+    except ConfigError:  # an unknown key: no budget cap can apply; the reason says $0/h
         return 0.0, None, 0, ""
 
 
@@ -49,7 +50,7 @@ def _interval_s(schedule: str) -> float:
 
         a, b = parse(schedule).occurrences(datetime.now(UTC), 2)
         return max(1.0, (b - a).total_seconds())
-    except Exception:  # noqa: BLE001
+    except (ConfigError, ValueError):  # a schedule the host would refuse: the Azure default interval
         return 30.0
 
 
@@ -70,13 +71,8 @@ class Autoscaler:
         if spec.name not in self.pools:
             from upwell.scale.pools import make_pool
 
-            ctx = {"busy_nodes": self.busy_nodes, **self.pool_ctx}
-            self.pools[spec.name] = make_pool(spec, **ctx)
+            self.pools[spec.name] = make_pool(spec, **self.pool_ctx)
         return self.pools[spec.name]
-
-    def busy_nodes(self, pool: str) -> set[str]:
-        """Node ids the ledger shows running a shard: a backend never removes these."""
-        return {r["node"] for r in self.ledger.running(pool) if r.get("node")}
 
     def adapt(self) -> dict[str, scaling.Decision]:
         if not self._lock.acquire(blocking=False):
@@ -87,26 +83,23 @@ class Autoscaler:
             active = list(self.ledger.jobs(*ACTIVE))  # one scan of the job rows per run, not per pool
             for name, spec in self.settings.pools.items():
                 try:
-                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.get("pool") == name])
-                except Exception as exc:  # noqa: BLE001 - one pool never stops the others
+                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.pool == name])
+                except Exception as exc:  # one pool never stops the others
                     log.exception("autoscale.pool_failed", pool=name, error=str(exc)[:300])
             return decisions
         finally:
             self._lock.release()
 
-    def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[dict],
-                pool: WorkerPool | None = None) -> scaling.Observation:
-        """What the policy needs about one pool; ``jobs`` are the pool's active job rows."""
-        queue = self.storage.queue(names.work_queue(spec.name))
-        try:
-            approx = queue.get_queue_properties().approximate_message_count or 0
-        except ResourceNotFoundError:
-            approx = 0
-        running = self.ledger.running(spec.name)
+    def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[JobRow], pool: WorkerPool,
+                running: list[ShardRow] | None = None) -> scaling.Observation:
+        """What the policy needs about one pool; ``jobs`` are the pool's active job rows and
+        ``running`` its running shard rows (read from the ledger when not given)."""
+        approx = self.storage.queue_length(names.work_queue(spec.name))
+        running = self.ledger.running(spec.name) if running is None else running
         in_flight = len(running)
         # The approximate count includes invisible (leased) messages; those are the in-flight shards.
         visible = max(0, approx - in_flight)
-        busy = {r.get("node") for r in running}
+        busy = {r.node for r in running}
         payg, spot_price, cores, family = _prices(spec)
         quota = self._quota(pool)
         return scaling.Observation(
@@ -118,30 +111,29 @@ class Autoscaler:
             spot_price_per_node_hour=spot_price, cores_per_node=cores, quota_family=quota.get("family") or family,
             quota_cores=quota.get("cores"),
             spot_quota_nodes=(quota["spot_cores"] // cores) if quota.get("spot_cores") is not None and cores else None,
-            task_s=_task_s(jobs), boot_s=float(spec.options.get("boot_s", 2.0 if spec.backend == "local" else 360.0)),
+            task_s=_task_s(jobs), boot_s=pool.boot_s(),
             interval_s=_interval_s(self.settings.scale_schedule), now=time.time())
 
     @staticmethod
-    def _quota(pool: WorkerPool | None) -> dict:
-        quota = getattr(pool, "quota", None)
-        if quota is None:
-            return {}
+    def _quota(pool: WorkerPool) -> dict:
         try:
-            return quota() or {}
+            return pool.quota() or {}
         except PoolError as exc:
             log.warning("autoscale.quota_unreadable", pool=pool.spec.name, error=str(exc)[:200])
             return {}
 
-    def adapt_pool(self, spec: PoolSpec, jobs: list[dict]) -> scaling.Decision:
+    def adapt_pool(self, spec: PoolSpec, jobs: list[JobRow]) -> scaling.Decision:
         pool = self.pool(spec)
-        status = pool.status()
-        obs = self.observe(spec, status, jobs, pool)
+        running = self.ledger.running(spec.name)  # once per pool per run: the policy's and the backend's view
+        busy = {r.node for r in running if r.node}  # a backend never removes these nodes
+        status = pool.status(busy=busy)
+        obs = self.observe(spec, status, jobs, pool, running)
         state = self._load_state(spec.name)
         decision = scaling.decide(spec, obs, state)
         message = decision.message
         if decision.target != status.alive or decision.target != status.target:
             try:
-                pool.scale_to(decision.target, spot=decision.spot)
+                pool.scale_to(decision.target, spot=decision.spot, busy=busy)
             except PoolError as exc:
                 message = str(exc)
                 log.warning("autoscale.pool_error", pool=spec.name, kind=exc.kind.value, error=message)
@@ -176,33 +168,33 @@ class Autoscaler:
                                   "in_flight": obs.in_flight, "reason": d.reason[:1000], "capped_by": d.capped_by,
                                   "spot": d.spot, "dedicated": d.dedicated, "message": message[:1000]})
 
-    def _tell_jobs(self, jobs: list[dict], message: str) -> None:
+    def _tell_jobs(self, jobs: list[JobRow], message: str) -> None:
         """Put a pool's shortfall (quota, capacity, budget) on the status of its active jobs."""
         for job in jobs:
-            if job.get("message") != message:
-                self.ledger.update_job(job["PartitionKey"], message=message, message_at=now_iso())
+            if job.message != message:
+                self.ledger.update_job(job.job_id, message=message, message_at=now_iso())
 
 
-def _budget_left(spec: PoolSpec, jobs: list[dict]) -> float | None:
+def _budget_left(spec: PoolSpec, jobs: list[JobRow]) -> float | None:
     """The tighter of the pool's budget and its active jobs' budgets (None when nothing is capped)."""
     from upwell import cost
 
     lefts = []
     if spec.budget_usd is not None:
-        lefts.append(max(0.0, spec.budget_usd - sum(float(j.get("spent_usd") or 0) for j in jobs)))
-    budgets = [j for j in jobs if j.get("budget_usd") is not None]
+        lefts.append(max(0.0, spec.budget_usd - sum(j.spent_usd for j in jobs)))
+    budgets = [j for j in jobs if j.budget_usd is not None]
     if budgets and len(budgets) == len(jobs):  # a job without a budget leaves the pool uncapped
         total = 0.0
         for j in budgets:
             try:
-                total += cost.remaining(float(j["budget_usd"]), float(j.get("spent_usd") or 0))
+                total += cost.remaining(j.budget_usd, j.spent_usd)
             except BudgetExceeded:
                 continue
         lefts.append(total)
     return min(lefts) if lefts else None
 
 
-def _task_s(jobs: list[dict]) -> float | None:
-    estimates = [float(j["estimate_node_seconds_per_shard"]) for j in jobs if j.get("estimate_node_seconds_per_shard")]
+def _task_s(jobs: list[JobRow]) -> float | None:
+    estimates = [j.estimate_node_seconds_per_shard for j in jobs if j.estimate_node_seconds_per_shard]
     return sum(estimates) / len(estimates) if estimates else None
 

@@ -74,7 +74,7 @@ class UpwellPolicy:
         v = sim.view()
         obs = Observation(
             visible=v.visible, in_flight=v.busy, nodes=v.alive, idle=max(v.alive - v.busy, 0),
-            preempted_recent=sim.preemptions_since(sim.now - 600), spent_usd=sim.cost(),
+            preempted_recent=sim.preemptions_since(sim.now - 600),
             budget_left_usd=None if self.budget_usd is None else self.budget_usd - sim.cost(),
             price_per_node_hour=sim.price, spot_price_per_node_hour=sim.spot_price, spot_nodes=v.spot,
             task_s=sim.mean_task_s(), boot_s=sim.mean_boot_s(), interval_s=self.interval_s, now=sim.now)

@@ -58,7 +58,6 @@ class Observation:
     nodes: int  # alive nodes: pending + idle + running
     idle: int = 0
     preempted_recent: int = 0  # preemptions seen in the recent window
-    spent_usd: float = 0.0
     budget_left_usd: float | None = None  # None: no budget
     quota_nodes: int | None = None  # nodes the quota still allows beyond `nodes`; None: unknown
     price_per_node_hour: float = 0.0

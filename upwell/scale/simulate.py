@@ -69,6 +69,9 @@ class Trace:
     evictions_per_spot_node_hour: float = 0.0
     checkpoint_min: float = 0.0  # 0: a task restarts from scratch
     budget_usd: float | None = None
+    # "cloud": a node boots for the drawn delay before it takes work. "slurm": an agent is a job on a
+    # fixed cluster of max_nodes nodes that are already up, so it starts at once (no boot cost).
+    backend: str = "cloud"
 
     def prices(self) -> tuple[float, float]:
         if self.price_per_node_hour is not None:
@@ -228,7 +231,8 @@ class Draws:
         t = self.trace
         while len(self.boots) <= k:
             minutes = t.boot_median_min * math.exp(self.rng.gauss(0, t.boot_sigma))
-            self.boots.append(60 * min(max(minutes, t.boot_min_min), t.boot_max_min))
+            booting = t.backend != "slurm"  # the draw is made anyway: the eviction draws stay aligned
+            self.boots.append(60 * min(max(minutes, t.boot_min_min), t.boot_max_min) if booting else 0.0)
             rate = t.evictions_per_spot_node_hour / 3600
             self.evicts.append(self.rng.expovariate(rate) if rate > 0 else math.inf)
         return self.boots[k]
@@ -461,6 +465,8 @@ class Sim:
     def mean_boot_s(self) -> float:
         """Mean boot time seen so far; before any boot, the trace's median (what the docs would say)."""
         booted = [n.ready_at - n.requested for n in self.nodes if n.ready_at <= self.now]
+        if self.trace.backend == "slurm":
+            return 0.0
         return sum(booted) / len(booted) if booted else self.trace.boot_median_min * 60
 
     def _result(self) -> Result:
@@ -488,9 +494,17 @@ def _p95(values: list[float]) -> float:
 
 # --- running and comparing ------------------------------------------------------------
 
+BACKENDS = ("cloud", "slurm")
+
+
 def run(trace: Trace, policy: str, seed: int = 0, *, max_nodes: int | None = None,
-        spot_share: float | None = None, linger_s: float = LINGER_S) -> Result:
-    """One policy on one trace. ``linger_s``: how long a Kubernetes node stays after its pod went."""
+        spot_share: float | None = None, linger_s: float = LINGER_S, backend: str | None = None) -> Result:
+    """One policy on one trace. ``linger_s``: how long a Kubernetes node stays after its pod went;
+    ``backend``: "slurm" models a fixed cluster of ``max_nodes`` whose agents start at once."""
+    if backend is not None:
+        trace = _with(trace, backend=backend)
+    if trace.backend not in BACKENDS:
+        raise ConfigError(f"trace {trace.name}: backend must be one of {list(BACKENDS)}, got {trace.backend!r}")
     spec = pool_spec(trace.name, max_nodes=max_nodes or trace.max_nodes, tasks_per_node=trace.tasks_per_node,
                      spot_share=trace.spot_share if spot_share is None else spot_share, price_key=trace.price_key)
     if spot_share is not None:
@@ -503,10 +517,10 @@ def run(trace: Trace, policy: str, seed: int = 0, *, max_nodes: int | None = Non
 
 def compare(traces: list[Trace], seed: int = 0, policies: tuple[str, ...] = DEFAULT_POLICIES, *,
             max_nodes: int | None = None, spot_share: float | None = None,
-            linger_s: float = LINGER_S) -> dict[str, list[Result]]:
+            linger_s: float = LINGER_S, backend: str | None = None) -> dict[str, list[Result]]:
     """Every policy on every trace: {trace name: [Result per policy]}."""
-    return {t.name: [run(t, p, seed, max_nodes=max_nodes, spot_share=spot_share, linger_s=linger_s)
-                     for p in policies] for t in traces}
+    return {t.name: [run(t, p, seed, max_nodes=max_nodes, spot_share=spot_share, linger_s=linger_s,
+                         backend=backend) for p in policies] for t in traces}
 
 
 def _with(trace: Trace, **changes: Any) -> Trace:

@@ -89,7 +89,7 @@ def load_functions(app: Any, script_root: Path | None = None) -> list[FunctionSp
 def _annotations(func: Callable) -> dict[str, Any]:
     try:
         return typing.get_type_hints(func)
-    except Exception:  # forward references that do not resolve: fall back to the raw ones
+    except Exception:  # noqa: BLE001 - resolving hints runs user code; any failure: use the raw ones
         return dict(getattr(func, "__annotations__", {}))
 
 

@@ -30,9 +30,9 @@ from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.blobs import BlobPath, blob_properties
 from upwell.local.devhost.config import QueueSettings
 from upwell.local.devhost.invoke import Invoker, blob_trigger_argument
-from upwell.local.devhost.leases import Renewer
-from upwell.local.devhost.queues import Leased, QueueListener
-from upwell.local.devhost.storage import MessageCodec, Storage
+from upwell.local.devhost.queues import Lease, QueueListener
+from upwell.local.devhost.renewer import Renewer
+from upwell.local.devhost.storage import HostStorage, MessageCodec
 from upwell.names import BLOB_POISON_QUEUE
 
 log = structlog.get_logger("upwell.local.devhost")
@@ -51,13 +51,13 @@ def queue_settings(parallelism: int, poison_threshold: int, max_polling_interval
 class Registration:
     spec: FunctionSpec
     path: BlobPath
-    source: Storage
+    source: HostStorage
 
 
 class BlobQueueListener(QueueListener):
     """Runs the blob-trigger messages of every Event Grid-sourced function of this host."""
 
-    def __init__(self, registrations: dict[str, Registration], queue: str, *, storage: Storage, invoker: Invoker,
+    def __init__(self, registrations: dict[str, Registration], queue: str, *, storage: HostStorage, invoker: Invoker,
                  settings: QueueSettings, codec: MessageCodec, renewer: Renewer,
                  stopping: threading.Event) -> None:
         super().__init__(None, queue, storage=storage, invoker=invoker, settings=settings, codec=codec,
@@ -65,7 +65,7 @@ class BlobQueueListener(QueueListener):
         self.registrations = registrations
         self.poison_target = BLOB_POISON_QUEUE
 
-    def _settle(self, leased: Leased) -> None:
+    def _settle(self, leased: Lease) -> None:
         message, limit = leased.message, self.settings.max_dequeue_count
         if self.stopping.is_set():
             return leased.release(0)
@@ -76,10 +76,10 @@ class BlobQueueListener(QueueListener):
             registration = self.registrations.get(body["FunctionId"])
             container, name = body["ContainerName"], body["BlobName"]
         except (ValueError, KeyError, TypeError):
-            log.error("blob trigger message unreadable", queue=self.queue, message_id=message.id)
+            log.error("devhost.blob_message_unreadable", queue=self.queue, message_id=message.id)
             return self._poison(leased)
         if registration is None or container != registration.path.container:
-            log.info("blob trigger message for no function of this host", function_id=body.get("FunctionId"))
+            log.info("devhost.blob_message_no_function", function_id=body.get("FunctionId"))
             return leased.delete()
         if self._run(registration, name):
             return leased.delete()
@@ -93,11 +93,11 @@ class BlobQueueListener(QueueListener):
         try:
             props = client.get_blob_properties()
         except ResourceNotFoundError:
-            log.info("blob skipped", function=spec.name, blob=name, outcome="deleted")
+            log.info("devhost.blob_skipped", function=spec.name, blob=name, outcome="deleted")
             return True
         params = path.match(name)
         if params is None:
-            log.info("blob skipped", function=spec.name, blob=name, outcome="path does not match the trigger")
+            log.info("devhost.blob_skipped", function=spec.name, blob=name, outcome="path does not match the trigger")
             return True
         full = f"{path.container}/{name}"
         properties, metadata = blob_properties(props), dict(props.metadata or {})

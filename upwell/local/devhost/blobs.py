@@ -31,20 +31,26 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, BlobProperties
 
+from upwell import logs
 from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.config import QueueSettings
-from upwell.local.devhost.invoke import Invoker, _sdk_blob_types, blob_argument, blob_trigger_argument, split_blob_path
-from upwell.local.devhost.leases import Renewer
-from upwell.local.devhost.storage import MessageCodec, Storage, create_container
+from upwell.local.devhost.invoke import (
+    Invoker,
+    _sdk_blob_types,
+    blob_argument,
+    blob_trigger_argument,
+    split_blob_path,
+)
+from upwell.local.devhost.renewer import Renewer
+from upwell.local.devhost.storage import HostStorage, MessageCodec, create_container
 from upwell.names import BLOB_POISON_QUEUE, HOST_RECEIPTS
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 LEASE_S = 60
 _PARAM = re.compile(r"\{([^{}]+)\}")
 
@@ -121,7 +127,7 @@ class BlobListener:
     (version -> monotonic time of its next try after a failure).
     """
 
-    def __init__(self, spec: FunctionSpec, path: str, *, source: Storage, hosts: Storage, invoker: Invoker,
+    def __init__(self, spec: FunctionSpec, path: str, *, source: HostStorage, hosts: HostStorage, invoker: Invoker,
                  queues: QueueSettings, codec: MessageCodec, host_id: str, renewer: Renewer,
                  stopping: threading.Event) -> None:
         self.spec = spec
@@ -223,8 +229,8 @@ class BlobListener:
         try:
             if not self.stopping.is_set():
                 self._run(claim)
-        except Exception as exc:
-            log.warning("blob trigger bookkeeping failed", function=self.spec.name, blob=claim.name,
+        except Exception as exc:  # noqa: BLE001 - a worker thread never dies: the lease lapses, the blob comes back
+            log.warning("devhost.blob_bookkeeping_failed", function=self.spec.name, blob=claim.name,
                         error=f"{type(exc).__name__}: {exc}")
         finally:
             self.renewer.remove(claim.renewal)
@@ -275,7 +281,7 @@ class BlobListener:
         message = {"Type": "BlobTrigger", "FunctionId": self.spec.function_id, "BlobType": claim.blob_type,
                    "ContainerName": self.path.container, "BlobName": claim.name, "ETag": claim.etag}
         self.hosts.send(BLOB_POISON_QUEUE, self.codec.encode(json.dumps(message)))
-        log.error("blob moved to poison", function=self.spec.name, blob=f"{self.path.container}/{claim.name}",
+        log.error("devhost.blob_poisoned", function=self.spec.name, blob=f"{self.path.container}/{claim.name}",
                   attempts=attempts, queue=BLOB_POISON_QUEUE)
 
     def _complete(self, claim: Claim, outcome: str, attempts: int) -> None:
@@ -285,4 +291,4 @@ class BlobListener:
             self._done.add(claim.key)
             self._not_before.pop(claim.key, None)
         if outcome in ("superseded", "deleted"):
-            log.info("blob skipped", function=self.spec.name, blob=claim.name, outcome=outcome)
+            log.info("devhost.blob_skipped", function=self.spec.name, blob=claim.name, outcome=outcome)

@@ -1,7 +1,7 @@
 """What the devhost reads before it starts: host.json, app settings, connections.
 
 ``HostConfig`` is the frozen, typed view of the host.json keys that the devhost
-honours; ``Settings`` resolves ``%NAME%`` references and connection names the way
+honours; ``AppSettings`` resolves ``%NAME%`` references and connection names the way
 the Functions host does (explicit overrides, then the process environment).
 """
 
@@ -123,7 +123,7 @@ def load_local_settings(path: Path, environ: dict[str, str] | None = None) -> di
     return values
 
 
-class Settings:
+class AppSettings:
     """App settings: explicit overrides first, then the environment (read at each lookup)."""
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:

@@ -19,29 +19,28 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from upwell import logs
 from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec, load_functions
 from upwell.local.devhost.blobqueue import BlobQueueListener, Registration, queue_settings
 from upwell.local.devhost.blobs import BlobListener, BlobPath
-from upwell.local.devhost.config import DEFAULT_CONNECTION, HostConfig, Settings
+from upwell.local.devhost.config import DEFAULT_CONNECTION, AppSettings, HostConfig
 from upwell.local.devhost.invoke import InvocationRecord, Invoker
-from upwell.local.devhost.leases import Renewer
 from upwell.local.devhost.publisher import FAULTS_SETTING, EventFaults, Publisher, http_sender
 from upwell.local.devhost.queues import QueueListener
-from upwell.local.devhost.storage import Connections, MessageCodec, Storage
+from upwell.local.devhost.renewer import Renewer
+from upwell.local.devhost.storage import Connections, HostStorage, MessageCodec
 from upwell.local.devhost.subscriptions import read_template
 from upwell.local.devhost.timers import TimerListener
 from upwell.local.devhost.web import HttpServer
 from upwell.local.devhost.webhook import BlobWebhook
 from upwell.names import blob_trigger_queue
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 HOST_ID_SETTING = "AzureFunctionsWebHost__hostid"
 
 
-def default_host_id(settings: Settings) -> str:
+def default_host_id(settings: AppSettings) -> str:
     """The host id: the AzureFunctionsWebHost__hostid setting, else from the machine name (as locally)."""
     configured = settings.get(HOST_ID_SETTING)
     if configured:
@@ -93,7 +92,7 @@ class DevHost:
         if host_json is None and (self.script_root / "host.json").exists():
             host_json = self.script_root / "host.json"
         self.config = HostConfig.load(host_json)
-        self.settings = Settings(settings)
+        self.settings = AppSettings(settings)
         self.poll_interval, self.port, self.shutdown_grace = poll_interval, port, shutdown_grace
         self.connection_override = connection_string
         self.specs = self._select(load_functions(app_ref, self.script_root), functions)
@@ -124,7 +123,7 @@ class DevHost:
             raise ConfigError(f"--functions: the app has no function {sorted(unknown)}")
         return [s for s in specs if s.name in wanted]
 
-    def storage_for(self, binding: Mapping[str, Any] | None) -> Storage:
+    def storage_for(self, binding: Mapping[str, Any] | None) -> HostStorage:
         """The storage of a binding's connection (or of the override given to the host)."""
         name = (binding or {}).get("connection") or DEFAULT_CONNECTION
         try:
@@ -278,8 +277,8 @@ class DevHost:
         if self.publisher is not None:
             try:  # the subscriptions exist before start() returns, so an upload right after gets its event
                 self.publisher.subscribe()
-            except Exception as exc:  # storage down: the publisher loop subscribes later
-                log.warning("event subscriptions not created yet", error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - storage down: the publisher loop subscribes later
+                log.warning("devhost.event_subscriptions_pending", error=f"{type(exc).__name__}: {exc}")
             self._spawn("eventgrid", self._publisher_loop, self.publisher)
         for blobs in self.blob_listeners:
             self._spawn(f"blob-{blobs.spec.name}", self._blob_loop, blobs)
@@ -287,7 +286,7 @@ class DevHost:
             self._spawn(f"queue-{queue.spec.name}", queue.run, self._submit_queue(queue))
         for timer in self.timers.values():
             self._spawn(f"timer-{timer.spec.name}", timer.run, self._tracker.submitter(self._timer_pool))
-        log.info("devhost started", host_id=self.host_id, functions=[s.name for s in self.specs],
+        log.info("devhost.started", host_id=self.host_id, functions=[s.name for s in self.specs],
                  http=self.http_url)
         return self
 
@@ -305,8 +304,9 @@ class DevHost:
             try:
                 for claim in listener.scan():
                     self._submit_blob(listener.process, claim)
-            except Exception as exc:  # storage down: log and scan again later
-                log.warning("blob scan failed", function=listener.spec.name, error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down, log and scan again later
+                log.warning("devhost.blob_scan_failed", function=listener.spec.name,
+                            error=f"{type(exc).__name__}: {exc}")
             self.stopping.wait(self.poll_interval)
 
     def _publisher_loop(self, publisher: Publisher) -> None:
@@ -319,8 +319,8 @@ class DevHost:
                 last_scan = now
                 try:
                     publisher.scan()
-                except Exception as exc:  # storage down: log and scan again later
-                    log.warning("event publisher scan failed", error=f"{type(exc).__name__}: {exc}")
+                except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down, scan again later
+                    log.warning("devhost.event_scan_failed", error=f"{type(exc).__name__}: {exc}")
             for delivery in publisher.due():
                 submit(self._deliver, publisher, delivery)
             self.stopping.wait(min(0.1, self.poll_interval))
@@ -329,7 +329,7 @@ class DevHost:
         try:
             publisher.deliver(delivery)
         except Exception as exc:  # noqa: BLE001 - an attempt that cannot even be made is retried later
-            log.warning("event delivery failed", error=f"{type(exc).__name__}: {exc}")
+            log.warning("devhost.event_delivery_failed", error=f"{type(exc).__name__}: {exc}")
             delivery.due = time.time() + 10 * publisher.faults.retry_scale
             publisher._push(delivery)
 
@@ -356,12 +356,12 @@ class DevHost:
                 fn(*args)  # a listener's process() sees `stopping` and releases its lease
         _, running = wait(list(self._tracker.snapshot()), grace)
         if running:
-            log.warning("devhost stopped with invocations still running", count=len(running),
+            log.warning("devhost.stopped_with_invocations_running", count=len(running),
                         note="their leases lapse and the messages or blobs run again later")
         for pool in (self._blob_pool, self._timer_pool, self._event_pool, *self._queue_pools.values()):
             pool.shutdown(wait=False, cancel_futures=True)
         self.renewer.stop()
-        log.info("devhost stopped", host_id=self.host_id)
+        log.info("devhost.stopped", host_id=self.host_id)
         return len(running)
 
     def __enter__(self) -> DevHost:

@@ -22,16 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import azure.functions as func
-import structlog
 from azure.core.exceptions import ResourceNotFoundError
 from azure.functions import _abc as func_abc
 from azure.functions.blob import InputStream
 
+from upwell import logs
 from upwell.local.devhost.app import RETURN, FunctionSpec
-from upwell.local.devhost.config import Settings
-from upwell.local.devhost.storage import MessageCodec, Storage
+from upwell.local.devhost.config import AppSettings
+from upwell.local.devhost.storage import HostStorage, MessageCodec
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 _EXPRESSION = re.compile(r"\{([^{}]+)\}")
 
 
@@ -216,7 +216,7 @@ class Invoker:
     outputs go where the binding says.
     """
 
-    def __init__(self, settings: Settings, storage_for: Callable[[dict], Storage], codec: MessageCodec,
+    def __init__(self, settings: AppSettings, storage_for: Callable[[dict], HostStorage], codec: MessageCodec,
                  record: Callable[[InvocationRecord], None], function_timeout: float | None = None) -> None:
         self.settings = settings
         self.storage_for = storage_for
@@ -233,7 +233,7 @@ class Invoker:
             kwargs, outs = self._arguments(spec, trigger_value, data, invocation_id)
             value = self._call(spec, kwargs, invocation_id)
             self._write_outputs(spec, outs, value, data)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a function's failure, whatever it raised, is the host's to record
             self._finish(spec, invocation_id, started, time.monotonic() - clock, exc)
             return Outcome(False, error=exc)
         self._finish(spec, invocation_id, started, time.monotonic() - clock, None)
@@ -271,9 +271,9 @@ class Invoker:
         if error is None:
             # A timer's successful ticks (every few seconds locally) would drown the log: debug level.
             quiet = spec.trigger_type == "timerTrigger"
-            (log.debug if quiet else log.info)("invocation", outcome="succeeded", **fields)
+            (log.debug if quiet else log.info)("devhost.invocation", outcome="succeeded", **fields)
         else:
-            log.warning("invocation", outcome="failed", error=f"{type(error).__name__}: {error}",
+            log.warning("devhost.invocation", outcome="failed", error=f"{type(error).__name__}: {error}",
                         exc_info=error, **fields)
         self.record(InvocationRecord(invocation_id, spec.name, spec.trigger_type,
                                      "succeeded" if error is None else "failed", started, duration,

@@ -48,7 +48,7 @@ import structlog
 from azure.core.exceptions import ResourceNotFoundError
 
 from upwell.errors import ConfigError
-from upwell.local.devhost.storage import Storage
+from upwell.local.devhost.storage import HostStorage
 from upwell.local.devhost.subscriptions import NO_RETRY_STATUS, Subscription
 from upwell.local.devhost.webhook import PATH
 from upwell.names import LOCAL_EVENTGRID_STATE
@@ -146,7 +146,7 @@ class Publisher:
     already published since the watermark; the heap of pending deliveries; counters.
     """
 
-    def __init__(self, subscriptions: list[tuple[Subscription, Storage]], *, state: Storage,
+    def __init__(self, subscriptions: list[tuple[Subscription, HostStorage]], *, state: HostStorage,
                  send: Callable[[str, dict, bytes], int], key: Callable[[], str],
                  faults: EventFaults | None = None, clock: Callable[[], float] = time.time,
                  scope: str = "default") -> None:
@@ -235,7 +235,7 @@ class Publisher:
                 published += self._scan_one(sub, storage, record)
         return published
 
-    def _scan_one(self, sub: Subscription, storage: Storage, record: dict) -> int:
+    def _scan_one(self, sub: Subscription, storage: HostStorage, record: dict) -> int:
         container = storage.container(sub.container)
         prefix = sub.subject_begins_with.split(f"/containers/{sub.container}/", 1)[-1]
         prefix = prefix[len("blobs/"):] if prefix.startswith("blobs/") else ""

@@ -21,49 +21,22 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from azure.core.exceptions import ResourceNotFoundError
 from azure.functions.queue import QueueMessage as FuncQueueMessage
-from azure.storage.queue import QueueClient, QueueMessage
+from azure.storage.queue import QueueMessage
 
+from upwell import logs
+from upwell.lease import Lease
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.config import QueueSettings
 from upwell.local.devhost.invoke import Invoker
-from upwell.local.devhost.leases import Renewer
-from upwell.local.devhost.storage import MessageCodec, Storage
+from upwell.local.devhost.renewer import Renewer
+from upwell.local.devhost.storage import HostStorage, MessageCodec
 from upwell.names import poison_queue
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 LEASE_S = 600
 MIN_POLL_S = 0.1
-
-
-class Leased:
-    """A received message and its current pop receipt; renew, delete and release share one lock."""
-
-    def __init__(self, client: QueueClient, message: QueueMessage, lease_s: int) -> None:
-        self.client, self.message, self.lease_s = client, message, lease_s
-        self.pop_receipt = message.pop_receipt
-        self._lock = threading.Lock()
-        self._settled = False
-
-    def renew(self) -> None:
-        with self._lock:
-            if not self._settled:
-                updated = self.client.update_message(self.message.id, pop_receipt=self.pop_receipt,
-                                                     visibility_timeout=self.lease_s)
-                self.pop_receipt = updated.pop_receipt
-
-    def delete(self) -> None:
-        with self._lock:
-            self._settled = True
-            self.client.delete_message(self.message.id, pop_receipt=self.pop_receipt)
-
-    def release(self, delay: float) -> None:
-        with self._lock:
-            self._settled = True
-            self.client.update_message(self.message.id, pop_receipt=self.pop_receipt,
-                                       visibility_timeout=max(0, round(delay)))
 
 
 def trigger_data(message: QueueMessage, body: bytes) -> dict[str, Any]:
@@ -88,7 +61,7 @@ class QueueListener:
     State: the number of messages in flight (under a condition), and the wake event.
     """
 
-    def __init__(self, spec: FunctionSpec | None, queue: str, *, storage: Storage, invoker: Invoker,
+    def __init__(self, spec: FunctionSpec | None, queue: str, *, storage: HostStorage, invoker: Invoker,
                  settings: QueueSettings, codec: MessageCodec, renewer: Renewer, stopping: threading.Event,
                  lease_s: int = LEASE_S) -> None:
         self.spec, self.queue, self.storage, self.invoker = spec, queue, storage, invoker
@@ -140,8 +113,8 @@ class QueueListener:
                     continue
             try:
                 got = self.poll(submit)
-            except Exception as exc:  # storage down or throttled: log, back off, go on
-                log.warning("queue receive failed", function=self.label, queue=self.queue,
+            except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down or throttled, back off, go on
+                log.warning("devhost.queue_receive_failed", function=self.label, queue=self.queue,
                             error=f"{type(exc).__name__}: {exc}")
                 got = 0
             if got:
@@ -153,12 +126,12 @@ class QueueListener:
 
     def process(self, message: QueueMessage) -> None:
         """Run the function for one message and settle it; never raises."""
-        leased = Leased(self.client, message, self.lease_s)
+        leased = Lease(self.client, message, self.lease_s)
         renewal = self.renewer.add(leased.renew, self.lease_s / 2)
         try:
             self._settle(leased)
-        except Exception as exc:
-            log.warning("queue message bookkeeping failed", function=self.label, queue=self.queue,
+        except Exception as exc:  # noqa: BLE001 - a worker thread never dies: the message comes back after its lease
+            log.warning("devhost.queue_bookkeeping_failed", function=self.label, queue=self.queue,
                         message_id=message.id, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.renewer.remove(renewal)
@@ -166,7 +139,7 @@ class QueueListener:
                 self.in_flight -= 1
                 self._cond.notify_all()
 
-    def _settle(self, leased: Leased) -> None:
+    def _settle(self, leased: Lease) -> None:
         message, limit = leased.message, self.settings.max_dequeue_count
         if self.stopping.is_set():
             return leased.release(0)  # not started: visible again at once for the next host
@@ -184,9 +157,9 @@ class QueueListener:
         else:
             leased.release(self.settings.visibility_timeout)
 
-    def _poison(self, leased: Leased) -> None:
+    def _poison(self, leased: Lease) -> None:
         target = self.poison_target
         self.storage.send(target, leased.message.content or "")
         leased.delete()
-        log.error("message moved to poison", function=self.label, queue=self.queue, poison_queue=target,
+        log.error("devhost.queue_message_poisoned", function=self.label, queue=self.queue, poison_queue=target,
                   message_id=leased.message.id, dequeue_count=leased.message.dequeue_count)

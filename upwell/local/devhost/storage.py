@@ -51,7 +51,7 @@ class MessageCodec:
         return data.decode("utf-8")
 
 
-class Storage:
+class HostStorage:
     """The blob and queue clients of one connection string; clients are cached per name."""
 
     def __init__(self, connection_string: str) -> None:
@@ -108,14 +108,14 @@ def create_container(client: ContainerClient) -> None:
 
 
 class Connections:
-    """One ``Storage`` per connection string, shared by every function that names it."""
+    """One ``HostStorage`` per connection string, shared by every function that names it."""
 
     def __init__(self) -> None:
-        self._by_string: dict[str, Storage] = {}
+        self._by_string: dict[str, HostStorage] = {}
         self._lock = threading.Lock()
 
-    def get(self, connection_string: str) -> Storage:
+    def get(self, connection_string: str) -> HostStorage:
         with self._lock:
             if connection_string not in self._by_string:
-                self._by_string[connection_string] = Storage(connection_string)
+                self._by_string[connection_string] = HostStorage(connection_string)
             return self._by_string[connection_string]

@@ -18,15 +18,15 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-import structlog
 from azure.functions.timer import TimerRequest
 
+from upwell import logs
 from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.invoke import Invoker
 from upwell.ncrontab import Crontab, CrontabError, parse
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 _TIMESPAN = re.compile(r"^\d+(\.\d+)?(:\d+){1,2}(\.\d+)?$")
 PAST_DUE_S = 1.0  # later than this after its occurrence, a run is reported as past due
 
@@ -63,7 +63,7 @@ class TimerListener:
         with self._lock:
             if self._running is not None and not self._running.done():
                 self.skipped += 1
-                log.warning("timer skipped", function=self.spec.name, scheduled=str(scheduled),
+                log.warning("devhost.timer_skipped", function=self.spec.name, scheduled=str(scheduled),
                             reason="the previous run is still going")
                 return None
             now = self.clock()

@@ -19,14 +19,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
 import azure.functions as func
-import structlog
 
+from upwell import logs
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.invoke import Invoker
 from upwell.local.devhost.webhook import PATH as WEBHOOK_PATH
 from upwell.local.devhost.webhook import BlobWebhook
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 LOOPBACK = "127.0.0.1"
 _PARAM = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?(\?)?\}")
 _CONSTRAINTS = {"int": r"-?\d+", "long": r"-?\d+", "bool": r"(?i:true|false)", "guid": r"[0-9A-Fa-f-]{32,36}",
@@ -135,7 +135,7 @@ class HttpServer:
         try:
             return _response(outcome.value)
         except TypeError as exc:
-            log.warning("http response invalid", function=route.spec.name, error=str(exc))
+            log.warning("devhost.http_response_invalid", function=route.spec.name, error=str(exc))
             return 500, {}, b""
 
 

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import structlog
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
-from upwell.local.devhost.storage import MessageCodec, Storage, create_container
+from upwell.local.devhost.storage import HostStorage, MessageCodec, create_container
 from upwell.names import HOST_SECRETS, blob_trigger_queue
 
 log = structlog.get_logger("upwell.local.devhost")
@@ -34,7 +34,7 @@ PATH = "/runtime/webhooks/blobs"
 SYSTEM_KEY = "blobs_extension"
 
 
-def system_key(hosts: Storage, host_id: str, name: str = SYSTEM_KEY) -> str:
+def system_key(hosts: HostStorage, host_id: str, name: str = SYSTEM_KEY) -> str:
     """The host's system key ``name``, created (conditionally) in its secrets blob when missing."""
     blob = hosts.container(HOST_SECRETS).get_blob_client(f"{host_id}/host.json")
     for _ in range(3):
@@ -87,7 +87,7 @@ def _ip_style(host: str) -> bool:
 class BlobWebhook:
     """Answers Event Grid deliveries for this host's blob triggers. State: the key, once read."""
 
-    def __init__(self, hosts: Storage, host_id: str, codec: MessageCodec,
+    def __init__(self, hosts: HostStorage, host_id: str, codec: MessageCodec,
                  on_enqueue: Callable[[], None] | None = None) -> None:
         self.hosts, self.host_id, self.codec = hosts, host_id, codec
         self.queue = blob_trigger_queue(host_id)

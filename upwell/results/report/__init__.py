@@ -18,9 +18,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import structlog
-
-from upwell import cost
+from upwell import cost, logs
 from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
 from upwell.results.report import gantt, plots
@@ -30,7 +28,7 @@ from upwell.results.report.summary import scale_points, summarize
 
 __all__ = ["build_report"]
 
-log = structlog.get_logger(__name__)
+log = logs.get("upwell.results.report")
 Fetch = Callable[[str], bytes]
 
 
@@ -102,7 +100,7 @@ def _payload_sections(job: dict, views: list[ShardView], results: list[dict], fe
         try:
             made = list(fn(docs, fetch) or ())
             out.extend(s for s in made if isinstance(s, Section))
-        except Exception as exc:  # a figures module must never cost the job its report
+        except Exception as exc:  # noqa: BLE001 - a figures module must never cost the job its report
             log.warning("report.sections_failed", payload=kind, error=repr(exc))
             out.append(Section(f"{kind}: figures unavailable",
                                f"The {kind} figures module raised {type(exc).__name__}: {exc}"))

@@ -3,8 +3,8 @@
 ``scale_to(n)`` first deletes finished groups (restart policy Never: an agent
 that exited, idle or failed, never runs again), then creates groups up to n,
 or deletes groups that hold no shard down to n (booting ones first). Busy
-groups come from ``busy_nodes`` (pool -> node ids the ledger shows running; a
-group's agent records the group name as UPWELL_NODE_ID); without that source a
+groups are the ``busy`` set passed in (node ids the ledger shows running; a
+group's agent records the group name as UPWELL_NODE_ID); with ``busy=None`` a
 running group counts as busy and only finished or booting groups go.
 
 Creation and deletion are long-running ARM operations; ``scale_to`` starts them
@@ -20,8 +20,8 @@ from upwell import logs
 from upwell.scale.policy import split
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools import build_aci as build
-from upwell.scale.pools.azure_errors import translate
-from upwell.scale.pools.base import NodeState, PoolStatus
+from upwell.scale.pools.azure_errors import pool_error
+from upwell.scale.pools.base import Busy, NodeState, PoolStatus
 
 log = logs.get("upwell.scale.pools.aci")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
@@ -42,9 +42,8 @@ class AciPool(az.ArmPool):
 
         return ContainerInstanceManagementClient
 
-    def _groups(self) -> list[tuple[Any, NodeState]]:
+    def _groups(self, busy: set[str] | None) -> list[tuple[Any, NodeState]]:
         """This pool's groups with their states (a GET fills in a missing instance view)."""
-        busy = az.busy_set(self.busy_nodes, self.spec.name)
         out = []
         for group in self.client.container_groups.list_by_resource_group(self.rg):
             if (group.tags or {}).get("upwell-pool") != self.spec.name:
@@ -53,20 +52,20 @@ class AciPool(az.ArmPool):
             if native == "unknown":
                 group = self.client.container_groups.get(self.rg, group.name)
                 native = build.group_state(group)
-            state = self.translate(native)
+            state = self.node_state(native)
             if state is NodeState.IDLE and (busy is None or group.name in busy):
                 state = NodeState.RUNNING
             out.append((group, state))
         return out
 
-    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
         """Ask for n workers, ``spot`` of them spot (default: spec.spot_share)."""
         from azure.core.exceptions import AzureError
 
         n = max(int(n), 0)
         spot = split(n, self.spec.spot_share)[0] if spot is None else min(max(int(spot), 0), n)
         try:
-            groups = self._groups()
+            groups = self._groups(az.busy_set(busy))
             for group, state in groups:
                 if state in _FINISHED and build.group_state(group) != "deleting":
                     self._delete(group.name, "delete finished group")
@@ -81,7 +80,7 @@ class AciPool(az.ArmPool):
                 for _, name in victims:
                     self._delete(name, "delete idle group")
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"scale container groups to {n}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"scale container groups to {n}") from None
 
     def _create(self, *, spot: bool) -> None:
         name = build.group_name(self.spec)
@@ -92,13 +91,13 @@ class AciPool(az.ArmPool):
     def _delete(self, name: str, why: str) -> None:
         self.pollers.add(f"{why} {name}", self.client.container_groups.begin_delete(self.rg, name))
 
-    def status(self) -> PoolStatus:
+    def status(self, *, busy: Busy = None) -> PoolStatus:
         from azure.core.exceptions import AzureError
 
         try:
-            groups = self._groups()
+            groups = self._groups(az.busy_set(busy))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action="list container groups") from None
+            raise pool_error(exc, pool=self.spec.name, action="list container groups") from None
         nodes = {g.name: s for g, s in groups}
         spot = sum(1 for g, s in groups if s in _ALIVE and str(g.priority or "").lower() == "spot")
         alive = sum(1 for _, s in groups if s in _ALIVE)

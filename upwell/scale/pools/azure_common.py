@@ -10,17 +10,15 @@ identity-based connection settings (``AzureWebJobsStorage__accountName``,
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection
 from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import PoolSpec, WorkerPool
+from upwell.scale.pools.base import Busy, PoolSpec, WorkerPool
 
 _REQUIRED = object()
 ARM_SCOPE = "https://management.azure.com/.default"
 ARM_URL = "https://management.azure.com"
-BusyNodes = Callable[[str], Collection[str]]
 
 
 def opt(spec: PoolSpec, key: str, default: Any = _REQUIRED) -> Any:
@@ -91,11 +89,11 @@ def tags(spec: PoolSpec) -> dict[str, str]:
             **{str(k): str(v) for k, v in (spec.options.get("tags") or {}).items()}}
 
 
-def busy_set(busy_nodes: BusyNodes | None, pool: str) -> set[str] | None:
-    """Node ids the ledger shows running a shard; None when the caller gave no source."""
-    if busy_nodes is None:
+def busy_set(busy: Busy) -> set[str] | None:
+    """The busy node ids as a set; None when the caller could not tell."""
+    if busy is None:
         return None
-    return {str(n) for n in busy_nodes(pool) if n}
+    return {str(n) for n in busy if n}
 
 
 def arm_client(cred: Any, **client_kwargs: Any) -> Any:
@@ -120,7 +118,7 @@ def arm_client(cred: Any, **client_kwargs: Any) -> Any:
 def arm_put(client: Any, path: str, api_version: str, body: dict, *, polling_interval: float = 30.0) -> Any:
     """PUT an ARM resource and follow its long-running operation; returns the final JSON.
 
-    Raises azure-core HttpResponseError on failure (translate it in the backend).
+    Raises azure-core HttpResponseError on failure (pool_error() translates it in the backend).
     """
     from azure.core.exceptions import HttpResponseError
     from azure.core.polling import LROPoller
@@ -168,7 +166,7 @@ class Pollers:
     def check(self) -> Any:
         from azure.core.exceptions import AzureError
 
-        from upwell.scale.pools.azure_errors import translate
+        from upwell.scale.pools.azure_errors import pool_error
 
         still = []
         for action, poller in self.running:
@@ -179,7 +177,7 @@ class Pollers:
                 poller.result(timeout=0)
                 self.error = None
             except AzureError as exc:
-                self.error = translate(exc, pool=self.pool, action=action)
+                self.error = pool_error(exc, pool=self.pool, action=action)
         self.running = still
         return self.error
 
@@ -187,18 +185,17 @@ class Pollers:
 class ArmPool(WorkerPool):
     """A pool driven through one ARM management client (VMSS, ACI).
 
-    Keeps the credential, the lazily built client, the client settings, the ledger's
-    busy-node view and the pending long-running operations. Subclasses name their SDK
+    Keeps the credential, the lazily built client, the client settings and the pending
+    long-running operations. Subclasses name their SDK
     client in ``_client_class``.
     """
 
     def __init__(self, spec: PoolSpec, *, credential: Any = None, client: Any = None,
-                 client_kwargs: dict | None = None, busy_nodes: BusyNodes | None = None, **_ctx: Any):
+                 client_kwargs: dict | None = None):
         super().__init__(spec)
         self._credential = credential
         self._client = client
         self._kwargs = dict(client_kwargs or {})
-        self.busy_nodes = busy_nodes
         self.pollers = Pollers(spec.name)
 
     def _client_class(self) -> type:

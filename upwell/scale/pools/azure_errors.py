@@ -1,6 +1,6 @@
 """The adapter from Azure SDK errors to PoolError: the only place that reads them.
 
-``translate(exc, pool=..., action=...)`` turns an azure-core/azure-identity
+``pool_error(exc, pool=..., action=...)`` turns an azure-core/azure-identity
 exception into a PoolError whose ``kind`` says what to do about it:
 
 - quota: the subscription or Batch account has no vCPU (or pool) quota left;
@@ -12,7 +12,7 @@ exception into a PoolError whose ``kind`` says what to do about it:
   SDK's RetryPolicy already retried; this is what remains);
 - not_found / other.
 
-Callers write ``except AzureError as exc: raise translate(exc, ...) from None``.
+Callers write ``except AzureError as exc: raise pool_error(exc, ...) from None``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ _ARM_QUOTA = re.compile(
     r"Current Usage: (?P<usage>\d+), Additional Required: (?P<need>\d+)", re.I | re.S)
 
 
-def translate(exc: BaseException, *, pool: str, action: str) -> PoolError:
+def pool_error(exc: BaseException, *, pool: str, action: str) -> PoolError:
     """A PoolError for an SDK exception; the message names the pool, the action and Azure's code."""
     if isinstance(exc, PoolError):
         return exc

@@ -1,14 +1,21 @@
-"""The worker-pool contract: one small base class per backend family.
+"""The worker-pool contract: one small base class per backend family (see WorkerPool).
 
 A backend translates its native node states into NodeState through its own
-``translate_table`` and implements ``scale_to``, ``status`` and ``close``.
+``translate_table`` and implements ``scale_to``, ``status``, and where it has them
+``quota`` and ``close``. ``upwell.scale.pools.stub.StubPool`` keeps the contract in memory.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any, ClassVar
+
+from upwell import logs
+
+log = logs.get("upwell.scale.pools")
 
 
 class NodeState(str, Enum):
@@ -65,26 +72,65 @@ class PoolStatus:
         return self.count(NodeState.IDLE)
 
 
-class WorkerPool(abc.ABC):
-    """A group of worker nodes. Subclasses keep only handles to their backend."""
+Busy = Collection[str] | None  # node ids the ledger shows running a shard; None: not known
 
-    translate_table: dict[str, NodeState] = {}
+
+class WorkerPool(abc.ABC):
+    """A group of worker nodes. Subclasses keep only handles to their backend.
+
+    The contract, which every backend keeps:
+
+    - ``scale_to(n, spot=, busy=)`` asks for n nodes and returns without waiting for them;
+      scale-in removes idle nodes only, never one in ``busy`` (with ``busy=None`` the backend
+      cannot tell, so it treats every booted node as busy);
+    - ``status(busy=)`` observes the pool now; a node in ``busy`` reads RUNNING;
+    - ``quota()`` says how much more the account may hold: ``{"family", "cores", "spot_cores"}``
+      (free vCPUs, None where not known); ``{}`` when the backend has no quota;
+    - ``boot_s()`` is the expected time from asking for a node to its agent taking work
+      (``expected_boot_s``, or ``options.boot_s`` in UPWELL_POOLS);
+    - every failure of the backend raises PoolError (upwell.errors), never an SDK error;
+    - ``node_state`` maps a native state through ``translate_table``; one it does not know is
+      UNKNOWN and logged once per pool;
+    - constructors take explicit keywords only (see upwell.scale.pools.KEYWORDS).
+
+    The busy set is observed once per scale run by the caller (the Autoscaler reads the
+    ledger) and passed in: a backend never reads the ledger itself.
+    """
+
+    translate_table: ClassVar[dict[str, NodeState]] = {}
+    expected_boot_s: ClassVar[float] = 360.0  # a cloud VM: allocate, boot, pull the image, start the agent
 
     def __init__(self, spec: PoolSpec):
         self.spec = spec
+        self._unknown_logged: set[str] = set()
 
-    def translate(self, native: str) -> NodeState:
-        return self.translate_table.get(str(native).lower(), NodeState.UNKNOWN)
+    def node_state(self, native: str) -> NodeState:
+        key = str(native).lower()
+        state = self.translate_table.get(key)
+        if state is None:
+            state = NodeState.UNKNOWN
+            if key not in self._unknown_logged:
+                self._unknown_logged.add(key)
+                log.warning("pool.unknown_native_state", pool=self.spec.name, backend=self.spec.backend,
+                            native=str(native)[:100])
+        return state
+
+    def boot_s(self) -> float:
+        return float(self.spec.options.get("boot_s", self.expected_boot_s))
+
+    def quota(self) -> dict[str, Any]:
+        """Free quota: {"family", "cores", "spot_cores"}; {} when the backend has none. Raises PoolError."""
+        return {}
 
     @abc.abstractmethod
-    def scale_to(self, n: int, *, spot: int | None = None) -> None:
-        """Ask for n nodes, ``spot`` of them spot (None: the backend's split).
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+        """Ask for n nodes, ``spot`` of them spot (None: the backend's split). Raises PoolError.
 
         Scale-in removes idle nodes only; it must not kill a running task."""
 
     @abc.abstractmethod
-    def status(self) -> PoolStatus:
-        """Observe the pool now."""
+    def status(self, *, busy: Busy = None) -> PoolStatus:
+        """Observe the pool now. Raises PoolError."""
 
     def close(self) -> None:  # noqa: B027 - optional for backends that hold nothing
         """Release handles (and, for local pools, stop children)."""

@@ -11,11 +11,11 @@ A resize runs on Batch's side for minutes; ``scale_to`` starts it and returns
 the pool is not steady, ``scale_to`` leaves it alone: the next evaluation acts.
 
 Batch sees only Batch tasks: an agent started by the start task that is running
-a shard still looks "idle" to Batch. Pass ``busy_nodes`` (pool -> node ids the
-ledger shows running; the agent records AZ_BATCH_NODE_ID) so that such nodes
-count as running and are never removed.
+a shard still looks "idle" to Batch. The ``busy`` set passed in (node ids the
+ledger shows running; the agent records AZ_BATCH_NODE_ID) makes such nodes
+count as running, and they are never removed.
 
-State kept: the spec, lazily built SDK clients, the busy-node source, the last poller.
+State kept: the spec, lazily built SDK clients, the last poller.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from upwell import logs
 from upwell.scale.policy import split
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools import build_batch as build
-from upwell.scale.pools.azure_errors import describe_resize_errors, translate
-from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.scale.pools.azure_errors import describe_resize_errors, pool_error
+from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 log = logs.get("upwell.scale.pools.batch")
 
@@ -47,7 +47,7 @@ class BatchPool(WorkerPool):
     }
 
     def __init__(self, spec: PoolSpec, *, credential: Any = None, client: Any = None, arm_client: Any = None,
-                 client_kwargs: dict | None = None, busy_nodes: az.BusyNodes | None = None, **_ctx: Any):
+                 client_kwargs: dict | None = None):
         super().__init__(spec)
         self.pool_id = build.pool_id(spec)
         self._credential = credential
@@ -55,7 +55,6 @@ class BatchPool(WorkerPool):
         self._arm = arm_client
         self._kwargs = dict(client_kwargs or {})
         self.polling_interval = float(self._kwargs.pop("polling_interval", 30))
-        self.busy_nodes = busy_nodes
         self.last_poller = None
         self._created = False
 
@@ -88,7 +87,7 @@ class BatchPool(WorkerPool):
         try:
             self._get_or_create(create=True)
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"create Batch pool {self.pool_id}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"create Batch pool {self.pool_id}") from None
         return self._created
 
     def _get_or_create(self, *, create: bool) -> Any:
@@ -106,7 +105,7 @@ class BatchPool(WorkerPool):
         log.info("batch.pool_created", pool=self.spec.name, pool_id=self.pool_id)
         return self.client.get_pool(self.pool_id)
 
-    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
         """Ask for n nodes, ``spot`` of them spot (default: spec.spot_share). Growth resizes;
         shrinking removes chosen idle nodes only."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError
@@ -119,11 +118,11 @@ class BatchPool(WorkerPool):
                 pool = self._get_or_create(create=n > 0)
             except ResourceNotFoundError:
                 return  # no pool and nothing asked for
-            self._resize(pool, dedicated, spot)
+            self._resize(pool, dedicated, spot, az.busy_set(busy) or set())
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"resize Batch pool {self.pool_id} to {n}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"resize Batch pool {self.pool_id} to {n}") from None
 
-    def _resize(self, pool: Any, dedicated: int, spot: int) -> None:
+    def _resize(self, pool: Any, dedicated: int, spot: int, busy: set[str]) -> None:
         state = _s(pool.allocation_state) or "steady"
         if state != "steady":
             log.info("batch.resize_deferred", pool=self.spec.name, allocation_state=state)
@@ -138,13 +137,12 @@ class BatchPool(WorkerPool):
             self.last_poller = self.client.begin_resize_pool(
                 self.pool_id, build.resize_options(self.spec, grow_d, grow_s), polling_interval=self.polling_interval)
             return
-        victims = self._victims(cur_d - dedicated, cur_s - spot)
+        victims = self._victims(cur_d - dedicated, cur_s - spot, busy)
         if victims:
             self.last_poller = self.client.begin_remove_nodes(
                 self.pool_id, build.remove_options(self.spec, victims[:100]), polling_interval=self.polling_interval)
 
-    def _victims(self, dedicated: int, spot: int) -> list[str]:
-        busy = az.busy_set(self.busy_nodes, self.spec.name) or set()
+    def _victims(self, dedicated: int, spot: int, busy: set[str]) -> list[str]:
         candidates = sorted(
             (n for n in self.client.list_nodes(self.pool_id) if _s(n.state) in _REMOVAL_ORDER and n.id not in busy),
             key=lambda n: (_REMOVAL_ORDER[_s(n.state)], n.id))
@@ -156,7 +154,7 @@ class BatchPool(WorkerPool):
                 want[kind] -= 1
         return out
 
-    def status(self) -> PoolStatus:
+    def status(self, *, busy: Busy = None) -> PoolStatus:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
         try:
@@ -166,11 +164,11 @@ class BatchPool(WorkerPool):
                 return PoolStatus(self.spec.name, target=0, message=f"Batch pool {self.pool_id} does not exist yet")
             nodes = list(self.client.list_nodes(self.pool_id))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"read Batch pool {self.pool_id}") from None
-        busy = az.busy_set(self.busy_nodes, self.spec.name)
+            raise pool_error(exc, pool=self.spec.name, action=f"read Batch pool {self.pool_id}") from None
+        busy = az.busy_set(busy)
         states, spot, dedicated = {}, 0, 0
         for node in nodes:
-            state = self.translate(_s(node.state))
+            state = self.node_state(_s(node.state))
             if state is NodeState.IDLE and busy is not None and node.id in busy:
                 state = NodeState.RUNNING
             states[node.id] = state
@@ -190,7 +188,7 @@ class BatchPool(WorkerPool):
         try:
             self.client.create_task(job_id, task)
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"add task {getattr(task, 'id', '')}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"add task {getattr(task, 'id', '')}") from None
 
     def close(self) -> None:
         for c in (self._client, self._arm):

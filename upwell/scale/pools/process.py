@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from upwell import REPO
-from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 REPO = REPO
 _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process
@@ -48,11 +48,13 @@ def _alive(pid: int) -> bool:
 class LocalPool(WorkerPool):
     """Local agent processes. Keeps only its spec, its state folder and the spawn settings."""
 
+    expected_boot_s = 2.0  # a Python process importing the agent
+
     translate_table = {"starting": NodeState.PENDING, "idle": NodeState.IDLE, "running": NodeState.RUNNING,
                        "stopping": NodeState.STOPPING, "stopped": NodeState.STOPPING}
 
     def __init__(self, spec: PoolSpec, state_dir: Path | None = None, *, idle_exit_s: float = 120.0,
-                 env: dict[str, str] | None = None, **_ctx):
+                 env: dict[str, str] | None = None):
         super().__init__(spec)
         self.dir = Path(state_dir or default_state_dir()) / spec.name
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -84,15 +86,17 @@ class LocalPool(WorkerPool):
             found[wid] = (pid, state)
         return found
 
-    def status(self) -> PoolStatus:
+    def status(self, *, busy: Busy = None) -> PoolStatus:
+        """Each agent writes its own state (idle | running), so ``busy`` adds nothing here."""
         workers = self._workers()
-        nodes = {wid: self.translate(state) for wid, (_, state) in workers.items()}
+        nodes = {wid: self.node_state(state) for wid, (_, state) in workers.items()}
         alive = sum(1 for s in nodes.values() if s in (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING))
         return PoolStatus(self.spec.name, target=alive, nodes=nodes, dedicated=alive)
 
     # -- action ----------------------------------------------------------------------
-    def scale_to(self, n: int, *, spot: int | None = None) -> None:
-        """Local processes are never spot; ``spot`` is ignored."""
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+        """Local processes are never spot; ``spot`` is ignored. Only agents that say they are
+        idle are drained, so ``busy`` adds nothing here."""
         workers = self._workers()
         live = {w: v for w, v in workers.items() if v[1] in ("starting", "idle", "running")}
         if n > len(live):

@@ -3,9 +3,9 @@
 Growth raises a scale set's capacity (PATCH sku.capacity). Shrinking never
 lowers the capacity and lets Azure pick: it deletes specific instances that are
 booting, broken or idle (``delete_instances``), so a VM whose agent is running
-a shard stays. Which VMs are busy comes from ``busy_nodes`` (pool -> node ids
-the ledger shows running; the agent records the VM name as UPWELL_NODE_ID).
-Without that source every booted VM counts as running and nothing booted is
+a shard stays. Which VMs are busy is the ``busy`` set passed in (node ids the
+ledger shows running; the agent records the VM name as UPWELL_NODE_ID).
+With ``busy=None`` every booted VM counts as running and nothing booted is
 removed: a VM alone cannot tell whether its agent is idle.
 
 ARM operations are long-running; ``scale_to`` starts them and returns (the
@@ -22,8 +22,8 @@ from upwell import logs
 from upwell.scale.policy import split
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools import build_vmss as build
-from upwell.scale.pools.azure_errors import translate
-from upwell.scale.pools.base import NodeState, PoolStatus
+from upwell.scale.pools.azure_errors import pool_error
+from upwell.scale.pools.base import Busy, NodeState, PoolStatus
 
 log = logs.get("upwell.scale.pools.vmss")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
@@ -44,7 +44,7 @@ class VmssPool(az.ArmPool):
         return ComputeManagementClient
 
     # -- the contract -------------------------------------------------------------------
-    def scale_to(self, n: int, *, spot: int | None = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
         """Ask for n VMs, ``spot`` of them spot (default: spec.spot_share)."""
         from azure.core.exceptions import AzureError
 
@@ -53,9 +53,9 @@ class VmssPool(az.ArmPool):
         try:
             vms = self._vms()
             for (name, is_spot), count in want.items():
-                self._scale_set(name, is_spot, count, vms.get(name, []))
+                self._scale_set(name, is_spot, count, vms.get(name, []), az.busy_set(busy))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action=f"scale VM scale sets to {n}") from None
+            raise pool_error(exc, pool=self.spec.name, action=f"scale VM scale sets to {n}") from None
 
     def _per_set(self, n: int, spot: int | None) -> dict[tuple[str, bool], int]:
         sets = build.scale_sets(self.spec)
@@ -64,7 +64,7 @@ class VmssPool(az.ArmPool):
         s = split(n, self.spec.spot_share)[0] if spot is None else min(max(int(spot), 0), n)
         return {sets[0]: n - s, sets[1]: s}
 
-    def _scale_set(self, name: str, spot: bool, count: int, vms: list[Any]) -> None:
+    def _scale_set(self, name: str, spot: bool, count: int, vms: list[Any], busy: set[str] | None) -> None:
         from azure.core.exceptions import ResourceNotFoundError
 
         try:
@@ -80,14 +80,13 @@ class VmssPool(az.ArmPool):
             self.pollers.add(f"raise {name} to {count}", self.client.virtual_machine_scale_sets.begin_update(
                 self.rg, name, build.capacity_update(self.spec, count)))
         elif count < current:
-            victims = self._victims(vms, current - count)
+            victims = self._victims(vms, current - count, busy)
             if victims:
                 self.pollers.add(f"delete idle instances of {name}",
                                  self.client.virtual_machine_scale_sets.begin_delete_instances(
                                      self.rg, name, build.delete_instances(victims)))
 
-    def _victims(self, vms: list[Any], k: int) -> list[str]:
-        busy = az.busy_set(self.busy_nodes, self.spec.name)
+    def _victims(self, vms: list[Any], k: int, busy: set[str] | None) -> list[str]:
         ranked = []
         for vm in vms:
             state = self._state(vm, busy)
@@ -96,7 +95,7 @@ class VmssPool(az.ArmPool):
         return [iid for _, iid in sorted(ranked)[:k]]
 
     def _state(self, vm: Any, busy: set[str] | None) -> NodeState:
-        state = self.translate(build.vm_state(vm))
+        state = self.node_state(build.vm_state(vm))
         if state is NodeState.IDLE and (busy is None or vm.name in busy):
             return NodeState.RUNNING  # unknown or busy: never a scale-in victim
         return state
@@ -112,10 +111,10 @@ class VmssPool(az.ArmPool):
                 out[name] = []
         return out
 
-    def status(self) -> PoolStatus:
+    def status(self, *, busy: Busy = None) -> PoolStatus:
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
-        busy = az.busy_set(self.busy_nodes, self.spec.name)
+        busy = az.busy_set(busy)
         nodes: dict[str, NodeState] = {}
         target = spot = dedicated = 0
         try:
@@ -132,7 +131,7 @@ class VmssPool(az.ArmPool):
                         spot += is_spot
                         dedicated += not is_spot
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action="read VM scale sets") from None
+            raise pool_error(exc, pool=self.spec.name, action="read VM scale sets") from None
         error = self.pollers.check()
         return PoolStatus(self.spec.name, target=target, nodes=nodes, spot=spot, dedicated=dedicated,
                           message=str(error) if error else "")
@@ -147,7 +146,7 @@ class VmssPool(az.ArmPool):
         try:
             usages = list(self.client.usage.list(str(az.opt(self.spec, "location"))))
         except AzureError as exc:
-            raise translate(exc, pool=self.spec.name, action="read compute quota") from None
+            raise pool_error(exc, pool=self.spec.name, action="read compute quota") from None
         return {"family": family, "cores": build.quota_free(usages, family) if family else None,
                 "spot_cores": build.quota_free(usages, "lowPriorityCores")}
 

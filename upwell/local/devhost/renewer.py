@@ -14,9 +14,9 @@ import threading
 import time
 from collections.abc import Callable
 
-import structlog
+from upwell import logs
 
-log = structlog.get_logger("upwell.local.devhost")
+log = logs.get("upwell.local.devhost")
 
 
 class Renewer:
@@ -59,8 +59,8 @@ class Renewer:
         for key, renew, interval in due:
             try:
                 renew()
-            except Exception as exc:
-                log.warning("lease renewal failed", error=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - one lease failing to renew never stops the others
+                log.warning("devhost.lease_renew_failed", error=f"{type(exc).__name__}: {exc}")
             with self._lock:
                 if key in self._leases:
                     self._leases[key] = (renew, interval, time.monotonic() + interval)
