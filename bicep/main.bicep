@@ -54,6 +54,16 @@ param principalId string = ''
 ])
 param principalType string = 'User'
 
+@description('Object id of the operators (a person or group) who register payload definitions with `upwell payload push`: the only write access to the payloads container. Empty for none.')
+param operatorPrincipalId string = ''
+
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param operatorPrincipalType string = 'Group'
+
 @minLength(1)
 @description('Object id of the "Microsoft Azure Batch" service principal in this tenant: az ad sp show --id ddbf3205-c6bd-46ae-8127-60eb93363864 --query id -o tsv')
 param batchServicePrincipalObjectId string
@@ -161,6 +171,7 @@ var containerNames = [
   'results'
   'reports'
   'quarantine'
+  'payloads'
 ]
 var queueNames = [
   'work-cpu'
@@ -175,6 +186,7 @@ var queueNames = [
 var tableNames = [
   'jobs'
   'scaling'
+  'janitor'
 ]
 // Blob-triggered functions (source=EventGrid) and the container each one watches.
 var blobTriggers = [
@@ -216,6 +228,10 @@ var tags = {
   environment: empty(environmentTag) ? environmentName : environmentTag
   expiry: expiryDate
   'azd-env-name': environmentName
+  // What the janitor reads (upwell/ops/tags.py); the same on what the scaler creates.
+  'upwell-project': project
+  'upwell-owner': owner
+  'upwell-expires': expiryDate
 }
 
 var cpuBackend = enableVmss ? 'vmss' : (enableAci ? 'aci' : 'batch')
@@ -440,6 +456,8 @@ var workerOptions = {
     owner: owner
     environment: tags.environment
     expiry: expiryDate
+    'upwell-project': project
+    'upwell-owner': owner
   }
 }
 var batchOptions = union(workerOptions, {
@@ -539,6 +557,8 @@ var functionAppSettings = {
   UPWELL_MAX_CONCURRENCY: string(maxConcurrency)
   // Exact image names a manifest may ask for: the short names and the full references.
   UPWELL_IMAGE_ALLOWLIST: 'upwell-mpi,upwell-gpu,${mpiImage},${gpuImage}'
+  // Registries a pushed payload definition's image may come from: this deployment's own.
+  UPWELL_REGISTRY_ALLOWLIST: registry.outputs.loginServer
   UPWELL_BATCH_ACCOUNT_URL: batchAccountUrl
   UPWELL_SUBSCRIPTION_ID: subscription().subscriptionId
   UPWELL_RESOURCE_GROUP: rgName
@@ -586,6 +606,8 @@ module rbac 'modules/rbac.bicep' = {
     enableAci: cpuBackend == 'aci'
     deployerPrincipalId: principalId
     deployerPrincipalType: principalType
+    operatorPrincipalId: operatorPrincipalId
+    operatorPrincipalType: operatorPrincipalType
   }
   dependsOn: [
     vmss

@@ -6,6 +6,7 @@ import azure.functions as func
 import azurefunctions.extensions.bindings.blob as blob_sdk
 
 from handlers import context
+from handlers.scale import nudge
 from upwell import names
 from upwell.ingest.ingestor import Ingestor
 
@@ -19,4 +20,6 @@ def ingest(client: blob_sdk.BlobClient) -> None:
     # An SDK client, not an InputStream: nothing is downloaded before validation decides to read it.
     # Bad input is quarantined inside; transient storage errors raise, so the host retries.
     name = client.blob_name
-    context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))
+    out = context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))
+    if out is not None and out.status == "accepted" and context.settings().scale_on_ingest:
+        nudge()  # dispatch need not wait for the scale timer's next tick

@@ -21,6 +21,15 @@ def autoscaler() -> Autoscaler:
     return Autoscaler(context.storage(), context.settings())
 
 
+def nudge() -> None:
+    """Scale now, not at the next tick: ingest has just enqueued work. Skipped while a run is on (the
+    Autoscaler's lock); a failure is logged, never raised into the ingest that called it."""
+    try:
+        autoscaler().adapt()
+    except Exception as exc:  # noqa: BLE001 - the timer scales at its next tick anyway
+        log.warning("scale.nudge_failed", error=str(exc)[:300])
+
+
 @bp.function_name("scale")
 @bp.timer_trigger(arg_name="timer", schedule="%UPWELL_SCALE_SCHEDULE%", run_on_startup=True, use_monitor=False)
 def scale(timer: func.TimerRequest) -> None:

@@ -278,3 +278,24 @@ def test_agent_containers_keep_the_image_entrypoint(trees):
     assert "--gpus all" in main["gpuRunOptions"]
     cloud_init = (ROOT / "bicep" / "modules" / "vmss-cloud-init.yaml").read_text()
     assert "__IMAGE__ python -m workers.agent" in cloud_init and "--entrypoint" not in cloud_init
+
+
+def test_only_operators_write_payload_definitions(trees):
+    """The payloads container: operators get Blob Data Contributor on it alone; every account-wide blob write
+    role (Function App, workers, uploaders) carries the ABAC condition that denies writes there."""
+    from upwell import names
+
+    rbac = trees["bicep/modules/rbac.bicep"]
+    res = rbac["resources"]
+    operator = res["operatorPayloads"]["config"]["config"]
+    assert operator["scope"] == "payloadsContainer"
+    assert operator["properties"]["principalId"] == "operatorPrincipalId"
+    assert "payloadsContainerName" in str(rbac["resources"]) or "payloadsContainerName" in str(rbac)
+    condition = str(rbac["variables"]["payloadsReadOnly"])
+    for action in ("blobs/write", "blobs/add/action", "blobs/delete"):
+        assert f"Microsoft.Storage/storageAccounts/blobServices/containers/{action}" in condition
+    assert "StringNotEquals" in condition and "payloadsContainerName" in condition
+    for name in ("functionStorage", "workerStorage", "deployerStorage"):
+        props = res[name]["config"]["config"]["properties"]
+        assert "payloadsReadOnly" in str(props["condition"]) and "2.0" in str(props["conditionVersion"]), name
+    assert rbac["parameters"]["payloadsContainerName"]["default"] == names.PAYLOADS

@@ -12,6 +12,7 @@ import yaml
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
 from upwell.errors import ConfigError, PoolError, PoolErrorKind
+from upwell.ops.tags import expires
 from upwell.scale.pools import POOLS, backend_class, build_aci, build_batch, build_vmss, make_pool
 from upwell.scale.pools.azure_errors import classify, describe_resize_errors, pool_error, quota_detail
 from upwell.scale.pools.base import PoolSpec
@@ -30,11 +31,11 @@ def spec(name="cpu", backend="batch", share=0.0, **options) -> PoolSpec:
 # --- registry ------------------------------------------------------------------------
 
 def test_pools_registry_is_a_plain_dict_resolved_lazily():
-    assert set(POOLS) == {"local", "batch", "vmss", "aci"}
+    assert set(POOLS) == {"local", "batch", "vmss", "aci", "slurm"}
     assert all(":" in v for v in POOLS.values())
     assert backend_class("vmss").__name__ == "VmssPool"
     with pytest.raises(ConfigError, match="not known"):
-        make_pool(PoolSpec("x", backend="slurm"))
+        make_pool(PoolSpec("x", backend="pbs"))
 
 
 def test_importing_pools_does_not_import_azure_sdks():
@@ -178,7 +179,8 @@ def test_aci_group_body():
     props = body["properties"]
     assert props["restartPolicy"] == "Never" and props["priority"] == "Regular"  # no spot with GPUs
     assert props["containers"][0]["properties"]["resources"]["requests"]["gpu"] == {"count": 2, "sku": "P100"}
-    assert body["tags"] == {"upwell-pool": "gpu", "upwell-backend": "aci", "lab": "x"}
+    assert body["tags"] == {"upwell-pool": "gpu", "upwell-backend": "aci", "lab": "x", "upwell-project": "upwell",
+                            "upwell-owner": "upwell", "upwell-expires": expires(30)}
     assert props["subnetIds"] == [{"id": "/sub/net"}]
     cpu = build_aci.container_group(spec("cpu", backend="aci"), "n", spot=True).serialize()
     assert cpu["properties"]["priority"] == "Spot" and "gpu" not in cpu["properties"]["containers"][0][

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-IMAGES = {"mpi": ROOT / "workers/docker/Dockerfile.mpi", "gpu": ROOT / "workers/docker/Dockerfile.gpu"}
+IMAGES = {"mpi": ROOT / "workers/docker/Dockerfile.mpi", "gpu": ROOT / "workers/docker/Dockerfile.gpu",
+          "gromacs": ROOT / "workers/docker/Dockerfile.gromacs"}
 REQUIREMENTS = ("requirements.txt", "requirements-worker.txt", "requirements-dev.txt")
 PIN = re.compile(r"(?<![\w.-])([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!-]*)")
 
@@ -152,3 +153,21 @@ def test_copied_paths_exist_and_are_not_docker_ignored(image):
                 continue
             assert (ROOT / source).exists(), source
             assert source.rstrip("/").split("/")[0] not in ignored, source
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_images_carry_the_built_in_payload_definitions(image):
+    """The agent reads built-in definitions from /app/payloads (upwell.payloads.registry.BUILTIN_DIR)."""
+    copies = [args.split() for args in of(IMAGES[image], "COPY")]
+    assert ["payloads/", "payloads/"] in copies and ["upwell/", "upwell/"] in copies
+
+
+def test_gromacs_image_has_the_tested_gromacs_and_the_agent():
+    runs = " ".join(of(IMAGES["gromacs"], "RUN"))
+    assert "apt-get install -y --no-install-recommends gromacs" in runs and "2022.5" in runs
+    (base,) = of(IMAGES["gromacs"], "FROM")
+    assert base.endswith("-bookworm")  # Debian 12: the gromacs 2022.5 that the local tests run
+    assert of(IMAGES["gromacs"], "ENTRYPOINT") == of(IMAGES["mpi"], "ENTRYPOINT")
+    from upwell.payloads.registry import builtins
+
+    assert "upwell-gromacs@sha256:" in builtins()["gromacs-md"].definition.image

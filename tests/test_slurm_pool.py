@@ -102,7 +102,7 @@ def test_sample_job_runs_through_the_slurm_pool_to_a_report(store, slurm, azurit
             job = wait_reported(store, job_id, 240)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_job_logs(tmp_path)}\n{slurm.logs()}") from None
-    assert job["status"] == "succeeded", job
+    assert job.status == "succeeded", job
     summary = json.loads(store.read(f"reports/{job_id}/summary.json"))
     assert summary["counts"]["succeeded"] == 12, summary["counts"]
     nodes = {json.loads(store.read(f"results/{job_id}/s{i:05d}.json"))["node"]["id"] for i in range(12)}

@@ -186,23 +186,25 @@ def row_key(row: Mapping[str, Any], default_key: str | None = None,
 def breakdown(shard_rows: Iterable[Mapping[str, Any]], key: str | None = None, *,
               pool_keys: Mapping[str, str] | None = None, prices: PriceTable | None = None,
               strict: bool = True) -> list[CostLine]:
-    """Sum node-seconds per (price key, spot) and price them. ``strict``: unknown keys raise."""
+    """Sum node-seconds per (price key, spot) and price them, each row times its ``share`` of the node
+    (default 1). ``strict``: unknown keys raise."""
     table = prices or load()
     sums: dict[tuple[str, bool], list[float]] = {}
     for row in shard_rows:
         seconds = to_float(row.get("node_seconds"))
         if seconds is None or seconds <= 0:
             continue
-        acc = sums.setdefault((row_key(row, key, pool_keys), truthy(row.get("spot"))), [0.0, 0])
+        acc = sums.setdefault((row_key(row, key, pool_keys), truthy(row.get("spot"))), [0.0, 0, 0.0])
         acc[0] += seconds
         acc[1] += 1
+        acc[2] += seconds * (to_float(row.get("share")) or 1.0)  # node-seconds x share: what is billed
     lines = []
-    for (k, spot), (seconds, n) in sorted(sums.items()):
+    for (k, spot), (seconds, n, shared) in sorted(sums.items()):
         if k not in table and not strict:
             lines.append(CostLine(k, spot, seconds, int(n), None, None))
             continue
         rate = table.get(k).per_hour(spot)
-        lines.append(CostLine(k, spot, seconds, int(n), seconds / 3600.0 * rate, rate))
+        lines.append(CostLine(k, spot, seconds, int(n), shared / 3600.0 * rate, rate))
     return lines
 
 
@@ -256,3 +258,41 @@ def to_float(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return out if math.isfinite(out) else None
+
+
+def node_share(key: str, cpus: float = 1, gpus: float = 0, *, prices: PriceTable | None = None) -> float:
+    """The share of a node one shard uses: its GPUs over the VM's, else its CPUs over the VM's (at most 1).
+
+    A shard's cost is node-seconds x the VM's price x this share (Seqera's per-task formula), so
+    shards that share a node are not each charged for all of it. Unknown keys and local rows: 1.
+    """
+    table = prices or load()
+    row = table.prices.get(key)
+    if row is None:
+        return 1.0
+    if gpus and row.gpus:
+        return min(1.0, float(gpus) / row.gpus)
+    if row.vcpus:
+        return min(1.0, max(float(cpus), 1.0) / row.vcpus)
+    return 1.0
+
+
+def blended_per_hour(key: str, spot_fraction: float, *, prices: PriceTable | None = None) -> float:
+    """USD per node-hour when ``spot_fraction`` of the nodes are spot (the pool's spot share)."""
+    row = (prices or load()).get(key)
+    f = min(max(float(spot_fraction), 0.0), 1.0)
+    return (1.0 - f) * row.per_hour(False) + f * row.per_hour(True)
+
+
+def shard_usd(node_seconds: float | None, key: str, spot: bool, share: float = 1.0, *,
+              prices: PriceTable | None = None) -> float | None:
+    """One shard's cost: node-seconds x price (spot or PAYG) x node share; None for an unknown key."""
+    table = prices or load()
+    if key not in table:
+        return None
+    return max(float(node_seconds or 0.0), 0.0) / 3600.0 * table.get(key).per_hour(spot) * float(share or 1.0)
+
+
+def paid_seconds(row: Mapping[str, Any]) -> float:
+    """A shard row's node-seconds that were paid for: the last attempt, and preempted and failed ones."""
+    return sum(to_float(row.get(k)) or 0.0 for k in ("node_seconds", "preempted_node_seconds", "failed_node_seconds"))

@@ -34,6 +34,8 @@ class WorkItem:
     trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     ranks: int = 1
     gpus: int = 0
+    payload_version: str = ""  # the definition's version that ingest validated the params against
+    payload_sha256: str = ""  # and its content hash: a worker runs exactly that definition
     schema: int = SCHEMA_VERSION
 
     @property

@@ -14,7 +14,8 @@ CHECKPOINTS = "checkpoints"
 RESULTS = "results"
 REPORTS = "reports"
 QUARANTINE = "quarantine"
-CONTAINERS = (INCOMING, PIPELINES, SHARDS, CHECKPOINTS, RESULTS, REPORTS, QUARANTINE)
+PAYLOADS = "payloads"  # registered payload definitions; written by operators only (its own RBAC role)
+CONTAINERS = (INCOMING, PIPELINES, SHARDS, CHECKPOINTS, RESULTS, REPORTS, QUARANTINE, PAYLOADS)
 
 # The Functions host keeps its own containers; the devhost uses the same names.
 HOST_RECEIPTS = "azure-webjobs-hosts"
@@ -53,7 +54,8 @@ ALL_QUEUES = QUEUES + tuple(poison_queue(q) for q in QUEUES)
 # Table storage.
 JOBS_TABLE = "jobs"
 SCALE_TABLE = "scaling"
-TABLES = (JOBS_TABLE, SCALE_TABLE)
+JANITOR_TABLE = "janitor"  # every janitor finding and action (upwell.ops.janitor)
+TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE)
 JOB_ROW = "job"
 
 # The connection the functions bind to ("connection=" in the handlers).  On Azure
@@ -72,6 +74,7 @@ APP_SETTINGS = (
     "UPWELL_MAX_PARAM_BYTES",
     "UPWELL_MAX_CONCURRENCY",
     "UPWELL_IMAGE_ALLOWLIST",
+    "UPWELL_REGISTRY_ALLOWLIST",
     "UPWELL_BATCH_ACCOUNT_URL",
     "UPWELL_SUBSCRIPTION_ID",
     "UPWELL_RESOURCE_GROUP",

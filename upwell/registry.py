@@ -1,16 +1,21 @@
-"""The payload registry: a closed set, as a plain dict.
+"""The built-in Python payloads, as the launcher sees them: derived from their definitions.
 
-A manifest names a payload by key; it can never carry a command. ``module`` is
-the worker module the agent runs (``python -m <module> --workdir W``), launched
-plain, under ``mpiexec`` or under ``torchrun``. upwell never imports the module;
-it only validates parameters against ``params``.
+Every payload is a definition (``upwell.payloads``); the five built-in ones in
+``payloads/*.yaml`` name a worker module (``module``) that their command runs
+(``{python} -m <module> --workdir {workdir}``), plain, under ``mpiexec`` or under
+``torchrun``. ``PayloadSpec`` is the launcher's view of such a definition. A
+manifest names a payload; it can never carry a command.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from upwell import params as P
+if TYPE_CHECKING:
+    from upwell import params as P
+    from upwell.payloads.definition import Definition
 
 
 @dataclass(frozen=True)
@@ -21,17 +26,31 @@ class PayloadSpec:
     pool: str  # the pool it runs on unless the manifest says otherwise
     params: type[P.Params]
     needs_input: bool = False  # True: the shard carries a data blob
+    image: str = ""  # the definition's image, pinned by digest
+    aggregate: str = ""  # report section that aggregates shards (see upwell.results.figures)
+    command: tuple[str, ...] = ()  # the definition's argv template
 
 
-PAYLOADS: dict[str, PayloadSpec] = {
-    "logistic": PayloadSpec("logistic", "workers.payloads.logistic", "python", "cpu", P.LogisticParams),
-    "channel-stats": PayloadSpec("channel-stats", "workers.payloads.channel_stats", "python", "cpu",
-                                 P.ChannelStatsParams, needs_input=True),
-    "welch": PayloadSpec("welch", "workers.payloads.welch", "python", "cpu", P.WelchParams,
-                         needs_input=True),
-    "heat-mpi": PayloadSpec("heat-mpi", "workers.payloads.heat", "mpi", "mpi", P.HeatParams),
-    "train-torch": PayloadSpec("train-torch", "workers.payloads.train", "torchrun", "gpu", P.TrainParams),
-}
+def spec_of(d: Definition) -> PayloadSpec:
+    from upwell.payloads.params import BUILTIN_MODELS
+
+    return PayloadSpec(d.name, d.module, "python" if d.launcher.kind == "plain" else d.launcher.kind, d.pool,
+                       BUILTIN_MODELS[d.module], needs_input=d.input.required, image=d.image,
+                       aggregate=d.report.section, command=tuple(d.command))
+
+
+@functools.cache
+def _payloads() -> dict[str, PayloadSpec]:
+    from upwell.payloads.registry import builtins
+
+    return {name: spec_of(loaded.definition) for name, loaded in builtins().items() if loaded.definition.module}
+
+
+def __getattr__(name: str) -> Any:
+    # PAYLOADS is built on first use: a payload process imports this module for its exit codes only.
+    if name == "PAYLOADS":
+        return _payloads()
+    raise AttributeError(name)
 
 # Exit codes of the payload process (see workers/payloads/README.md).
 EXIT_OK = 0
@@ -43,7 +62,7 @@ def get(name: str) -> PayloadSpec:
     from upwell.errors import InputRejected
 
     try:
-        return PAYLOADS[name]
+        return _payloads()[name]
     except KeyError:
-        raise InputRejected(f"payload {name!r} is not registered; known: {sorted(PAYLOADS)}",
+        raise InputRejected(f"payload {name!r} is not a built-in Python payload; known: {sorted(_payloads())}",
                             field="payload") from None

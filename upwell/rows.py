@@ -151,6 +151,9 @@ class JobRow(_Row):
     name: str = ""
     description: str = ""
     payload: str = ""
+    payload_version: str = ""  # the definition ingest validated against: version, content hash, image
+    payload_sha256: str = ""
+    payload_image: str = ""
     pool: str = ""
     source_blob: str = ""
     source_etag: str = ""

@@ -87,12 +87,21 @@ class Settings:
     max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES
     max_concurrency: int = 0  # UPWELL_MAX_CONCURRENCY: running shards per job, 0 = no cap
     image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
+    # Registries a pushed payload definition's image may come from (host names; '*' patterns allowed).
+    registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
     reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE (NCRONTAB, every 5 min)
     reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
     reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
     reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
+    # UPWELL_SCALE_ON_INGEST: ingest runs a scale pass once it enqueued work, so dispatch does not wait for
+    # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
+    scale_on_ingest: bool = False
+    project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
+    # UPWELL_BUDGETS: {"owner": {"ana@lab.org": 50}, "project": {"ocean": 500}}, USD per window
+    budgets: dict = field(default_factory=dict)
+    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -108,12 +117,42 @@ class Settings:
         for name, var in _INTS:
             if env.get(var):
                 kw[name] = env_int(env, var, 0, minimum=0)
-        for name, var in _TEXTS:
+        for name, var in _TEXTS + _BOOLS:
             if env.get(var):
-                kw[name] = env[var]
+                kw[name] = _PARSE.get(name, _text)(env, var)
         if env.get("UPWELL_IMAGE_ALLOWLIST"):
             kw["image_allowlist"] = tuple(s.strip() for s in env["UPWELL_IMAGE_ALLOWLIST"].split(",") if s.strip())
+        if env.get("UPWELL_REGISTRY_ALLOWLIST"):
+            kw["registry_allowlist"] = tuple(s.strip() for s in env["UPWELL_REGISTRY_ALLOWLIST"].split(",")
+                                             if s.strip())
+        kw.update(_cost_settings(env))
         return cls(**kw)
+
+
+def _cost_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """UPWELL_PROJECT, UPWELL_BUDGETS and UPWELL_BUDGET_WINDOW_DAYS, where set."""
+    kw: dict[str, Any] = {}
+    if env.get("UPWELL_PROJECT"):
+        kw["project"] = env["UPWELL_PROJECT"]
+    if env.get("UPWELL_BUDGETS"):
+        kw["budgets"] = _budgets(env["UPWELL_BUDGETS"])
+    if env.get("UPWELL_BUDGET_WINDOW_DAYS"):
+        kw["budget_window_days"] = env_float(env, "UPWELL_BUDGET_WINDOW_DAYS", 30.0, minimum=0)
+    return kw
+
+
+def _budgets(text: str) -> dict[str, dict[str, float]]:
+    """UPWELL_BUDGETS: {"owner": {name: usd}, "project": {name: usd}}."""
+    try:
+        raw = json.loads(text)
+        out = {kind: {str(k): float(v) for k, v in (raw.get(kind) or {}).items()} for kind in ("owner", "project")}
+    except (ValueError, TypeError, AttributeError):
+        raise ConfigError('UPWELL_BUDGETS must be JSON like {"owner": {"ana": 50}, "project": {"ocean": 500}}') \
+            from None
+    unknown = set(raw) - {"owner", "project"}
+    if unknown:
+        raise ConfigError(f"UPWELL_BUDGETS has unknown keys {sorted(unknown)}; known: owner, project")
+    return out
 
 
 _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
@@ -121,6 +160,11 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"),
          ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"))
+_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
+
+
+def _text(env: Mapping[str, str], var: str) -> str:
+    return env[var]
 _TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("reconcile_schedule", "UPWELL_RECONCILE_SCHEDULE"),
           ("code_version", "UPWELL_CODE_VERSION"),
           ("image_digest", "UPWELL_IMAGE_DIGEST"))
@@ -164,3 +208,6 @@ def env_bool(env: Mapping[str, str], var: str, default: bool = False) -> bool:
     if text in ("0", "false", "no"):
         return False
     raise ConfigError(f"{var} must be true or false, got {env.get(var)!r}")
+
+
+_PARSE = {"scale_on_ingest": env_bool}

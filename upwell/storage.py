@@ -63,6 +63,15 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def _error_code(exc: BaseException) -> str:
+    """The service's error code: the SDK's parsed one, else the x-ms-error-code header."""
+    code = getattr(exc, "error_code", None) or getattr(getattr(exc, "error", None), "code", None)
+    if not code:
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        code = headers.get("x-ms-error-code") if hasattr(headers, "get") else None
+    return str(code or "")
+
+
 def storage_error(exc: BaseException, what: str) -> UpwellError:
     """The upwell error for an SDK error, with the service's error code (callers ``raise ... from None``).
 
@@ -71,7 +80,7 @@ def storage_error(exc: BaseException, what: str) -> UpwellError:
     if isinstance(exc, UpwellError):
         return exc
     status = getattr(exc, "status_code", None)
-    code = str(getattr(exc, "error_code", None) or "")
+    code = _error_code(exc)
     text = f"{what}: {type(exc).__name__}{f' {code}' if code else ''}: {(str(exc).splitlines() or [''])[0][:300]}"
     if is_transient(exc):
         return TransientError(text, code=code, status=status)

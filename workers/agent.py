@@ -35,6 +35,8 @@ from upwell.errors import DecodeError, UpwellError
 from upwell.lease import Lease
 from upwell.ledger import JobRow, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
+from upwell.ops import wallclock
+from upwell.payloads.registry import Registry
 from upwell.settings import Settings, env_bool, env_float, env_int
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
@@ -70,6 +72,7 @@ class AgentConfig:
                   max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
                   lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
                   retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
+                  poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
@@ -95,6 +98,7 @@ class Agent:
         self.config = config
         self.settings = settings or Settings.from_env()
         self.ledger = Ledger(storage)
+        self.definitions = Registry(storage, self.settings.registry_allowlist)
         self.queue_name = names.work_queue(config.pool)
         self.poison_name = names.poison_queue(self.queue_name)
         self.queue = storage.queue(self.queue_name)
@@ -162,6 +166,9 @@ class Agent:
             return "duplicate"
         if verdict.kind is not VerdictKind.RUN:
             return self._give_up(hand, verdict)
+        overdue = wallclock.job_overdue(hand.job.to_entity())  # the job's kill switch (upwell.ops.wallclock)
+        if overdue:
+            return self._give_up(hand, Verdict(VerdictKind.DROP, reason=overdue))
         cap = self._cap(hand.job)
         if cap and self._over_cap(item, cap, started=False):
             return self._defer(hand, cap, started=False)
@@ -213,7 +220,11 @@ class Agent:
             resume = self._stage_checkpoint(item, root)
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None)
+                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None,
+                                 definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job.extra))
+            if result.timed_out and result.status == "failed":  # past the shard's max wall-clock: not retried
+                return self._give_up(hand, Verdict(VerdictKind.DROP, reason=wallclock.shard_killed(hand.job.extra)),
+                                     stderr_tail=result.stderr_tail, launch=result)
             return self._settle(hand, result, input_path)
         except UpwellError as exc:  # staging, the launcher refusing the parameters, storage
             verdict = decide_attempt(AttemptResult(error=exc), hand.shard, item.attempt, self.attempts)

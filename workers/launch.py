@@ -27,6 +27,7 @@ from typing import IO, Any
 from upwell import logs, registry
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
+from workers import warm
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress
 
 log = logs.get("workers.launch")
@@ -59,6 +60,7 @@ class LaunchResult:
     log_path: Path | None = None
     timed_out: bool = False
     permanent: bool = False
+    definition: dict[str, Any] = field(default_factory=dict)  # name, version, sha256, image digest (provenance)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -71,18 +73,46 @@ class LaunchResult:
 def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                 resume_dir: Path | None = None, stop: threading.Event | None = None,
                 on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None) -> LaunchResult:
+                tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None,
+                definitions=None) -> LaunchResult:
     """Run ``item``'s payload to an end in ``workdir`` and report how it ended.
 
     ``ranks``: what the node's allocation gives (a Slurm job's CPUs); an MPI payload
-    runs with that many ranks instead of the item's.
+    runs with that many ranks instead of the item's. ``definitions`` is the registry to
+    resolve the item's payload in (built-ins only when None). A definition with a
+    ``module`` runs here; any other runs its argv through ``workers.runner``.
 
     Raises InputRejected (permanent) when the payload is not registered, its
     parameters do not validate, or it needs an input and none was given.
     """
-    spec = registry.get(item.payload)
-    if ranks and spec.launcher == "mpi":
+    loaded = resolve(item, definitions)
+    if ranks and loaded.definition.launcher.kind == "mpi":
         item = dataclasses.replace(item, ranks=int(ranks))
+    if not loaded.definition.module:
+        from workers.runner import run_definition
+
+        return run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
+                              on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s)
+    result = _run_module(registry.spec_of(loaded.definition), item, workdir, input_path=input_path,
+                         resume_dir=resume_dir, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
+                         grace_s=grace_s)
+    from workers.runner import provenance
+
+    result.definition = provenance(loaded)
+    return result
+
+
+def resolve(item: WorkItem, definitions=None):
+    """The definition the item names: the exact version and content ingest validated, when it recorded them."""
+    from upwell.payloads.registry import Registry
+
+    ref = f"{item.payload}@{item.payload_version}" if item.payload_version else item.payload
+    return (definitions or Registry()).resolve(ref, sha256=item.payload_sha256)
+
+
+def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, input_path: Path | None,
+                resume_dir: Path | None, stop: threading.Event | None, on_tick: Callable[[], None] | None,
+                timeout_s: float | None, tick_s: float, grace_s: float) -> LaunchResult:
     workdir = Path(workdir).resolve()
     params = validate_params(spec, item.params)
     if spec.needs_input and input_path is None:
@@ -94,7 +124,9 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
         return _result(workdir, "preempted", None, before, "", 0.0)
     command = build_command(spec, item, workdir)
     started = time.monotonic()
-    proc, streams = _start(command, workdir, child_env(spec, item), shield_mpiexec=_shield_mpiexec(spec))
+    forkable = spec.launcher == "python" or (spec.launcher == "torchrun" and max(1, int(item.ranks)) == 1)
+    proc, streams = _start(command, workdir, child_env(spec, item), warm_ok=forkable,
+                           shield_mpiexec=_shield_mpiexec(spec))
     outcome = _supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                          grace_s=grace_s, stop_signal=stop_signal_for(spec, item))
     streams.join()
@@ -135,7 +167,11 @@ def prepare_workdir(item: WorkItem, workdir: Path, *, params: dict[str, Any], in
 
 
 def build_command(spec: registry.PayloadSpec, item: WorkItem, workdir: Path) -> list[str]:
-    tail = ["-m", spec.module, "--workdir", str(workdir)]
+    """The definition's argv ({python} -m <module> --workdir {workdir}) under the payload's launcher."""
+    from upwell.payloads.definition import render
+
+    values = {"python": sys.executable, "workdir": str(workdir)}
+    tail = [render(a, values) for a in spec.command][1:]
     ranks = max(1, int(item.ranks))
     if spec.launcher == "mpi":
         return [find_mpiexec(), "-n", str(ranks), "--oversubscribe", "--bind-to", "none", sys.executable, *tail]
@@ -243,11 +279,13 @@ def _shielded_child() -> None:
         pass
 
 
-def _start(command: list[str], workdir: Path, env: dict[str, str],
+def _start(command: list[str], workdir: Path, env: dict[str, str], *, warm_ok: bool = False,
            shield_mpiexec: bool = False) -> tuple[subprocess.Popen, _Streams]:
     log_path = workdir / "payload.log"
     with open(log_path, "ab") as handle:
         handle.write(f"$ {' '.join(command)}\n".encode())
+    if warm_ok and command[:2] == [sys.executable, "-m"] and warm.enabled():  # fork a Python payload warm
+        return warm.runner().start_payload(command[2], command[3:], workdir, env, log_path)
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=_shielded_child if shield_mpiexec else _die_with_parent)

@@ -24,6 +24,7 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
              finished: str, settings: Settings, launch=None, input_path: Path | None = None,
              artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "") -> dict:
     queued = shard.queued_at or None
+    definition = dict(getattr(launch, "definition", None) or {}) or _definition_of(job)
     metrics = dict(getattr(launch, "metrics", None) or {})
     input_sha = provenance.sha256_file(input_path) if input_path else shard.input_sha256
     return {
@@ -53,7 +54,8 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
         "node": node,
         "provenance": {
             "code_version": settings.code_version or provenance.code_version(),
-            "image_digest": settings.image_digest,
+            "image_digest": definition.get("image_digest") or settings.image_digest,
+            "definition": {k: v for k, v in definition.items() if k != "report"},
             "input_sha256": input_sha,
             "manifest_hash": job.manifest_hash,
             "params": item.params,
@@ -61,10 +63,21 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "packages": provenance.packages(),
             "trace_id": item.trace_id,
         },
+        "report": definition.get("report") or {},
         "error": error,
         "stderr_tail": (stderr_tail or getattr(launch, "stderr_tail", "") or "")[-4000:] if status != "succeeded"
         else "",
     }
+
+
+def _definition_of(job: JobRow) -> dict:
+    """What the job row recorded of the definition at ingest, for results written without a run
+    (poisoned before the payload started)."""
+    if not job.payload_sha256:
+        return {}
+    image = job.payload_image
+    return {"name": job.payload, "version": job.payload_version, "sha256": job.payload_sha256,
+            "image": image, "image_digest": image.rsplit("@", 1)[1] if "@" in image else ""}
 
 
 def write(storage: Storage, item: WorkItem, doc: dict) -> bool:

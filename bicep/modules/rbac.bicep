@@ -30,6 +30,19 @@ param deployerPrincipalId string = ''
 ])
 param deployerPrincipalType string = 'User'
 
+@description('Optional: the operators who register payload definitions (upwell payload push); empty for none.')
+param operatorPrincipalId string = ''
+
+@allowed([
+  'User'
+  'Group'
+  'ServicePrincipal'
+])
+param operatorPrincipalType string = 'Group'
+
+@description('The container of registered payload definitions (upwell/names.py PAYLOADS).')
+param payloadsContainerName string = 'payloads'
+
 // Storage Blob Data Owner: the Functions host keeps blob-trigger receipts and
 // its locks in azure-webjobs-hosts and reads the deployment package; handlers
 // move rejected input to quarantine/.
@@ -64,6 +77,19 @@ var virtualMachineContributor = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
 resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
+
+resource payloadsContainer 'Microsoft.Storage/storageAccounts/blobServices/containers@2025-08-01' existing = {
+  name: '${storageAccountName}/default/${payloadsContainerName}'
+}
+
+// Payload definitions say what runs on the workers, so only operators write them. Every
+// account-wide blob write role (the Function App, the workers, the uploaders) carries this
+// ABAC condition: no write, add or delete of a blob in the payloads container. Reads stay.
+var payloadsReadOnly = '((!(ActionMatches{\'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/write\'}) AND !(ActionMatches{\'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/add/action\'}) AND !(ActionMatches{\'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/delete\'})) OR (@Resource[Microsoft.Storage/storageAccounts/blobServices/containers:name] StringNotEquals \'${payloadsContainerName}\'))'
+var blobWriteRoles = [
+  storageBlobDataOwner
+  storageBlobDataContributor
+]
 
 resource registry 'Microsoft.ContainerRegistry/registries@2025-04-01' existing = {
   name: registryName
@@ -110,6 +136,8 @@ resource functionStorage 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
     principalId: functionPrincipalId
     principalType: 'ServicePrincipal'
+    condition: contains(blobWriteRoles, role) ? payloadsReadOnly : null
+    conditionVersion: contains(blobWriteRoles, role) ? '2.0' : null
   }
 }]
 
@@ -120,6 +148,8 @@ resource workerStorage 'Microsoft.Authorization/roleAssignments@2022-04-01' = [f
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
     principalId: workerPrincipalId
     principalType: 'ServicePrincipal'
+    condition: contains(blobWriteRoles, role) ? payloadsReadOnly : null
+    conditionVersion: contains(blobWriteRoles, role) ? '2.0' : null
   }
 }]
 
@@ -130,8 +160,22 @@ resource deployerStorage 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
     principalId: deployerPrincipalId
     principalType: deployerPrincipalType
+    condition: contains(blobWriteRoles, role) ? payloadsReadOnly : null
+    conditionVersion: contains(blobWriteRoles, role) ? '2.0' : null
   }
 }]
+
+// Operators: Storage Blob Data Contributor on the payloads container only (push, and
+// nothing else; the uploaders' role cannot write there, see payloadsReadOnly).
+resource operatorPayloads 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!empty(operatorPrincipalId)) {
+  name: guid(payloadsContainer.id, operatorPrincipalId, storageBlobDataContributor)
+  scope: payloadsContainer
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', storageBlobDataContributor)
+    principalId: operatorPrincipalId
+    principalType: operatorPrincipalType
+  }
+}
 
 resource workerAcrPull 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
   name: guid(registry.id, workerPrincipalId, acrPull)

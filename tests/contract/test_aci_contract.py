@@ -8,6 +8,7 @@ from azure.core.exceptions import HttpResponseError
 
 from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
+from upwell.ops.tags import expires
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
 
@@ -73,7 +74,8 @@ def test_contract_aci_creates_gpu_groups_with_identity_and_tags(server, credenti
     assert all(n.startswith("upwell-gpu-") and len(n) <= 63 for n in names) and len(set(names)) == 2
     body = puts[0].body
     assert body["location"] == "eastus"
-    assert body["tags"] == {"upwell-pool": "gpu", "upwell-backend": "aci", "project": "lab"}
+    assert body["tags"] == {"upwell-pool": "gpu", "upwell-backend": "aci", "project": "lab", "upwell-project": "lab",
+                            "upwell-owner": "upwell", "upwell-expires": expires(30)}
     assert body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {IDENTITY: {}}}
     props = body["properties"]
     assert props["restartPolicy"] == "Never" and props["osType"] == "Linux" and props["priority"] == "Regular"

@@ -10,6 +10,7 @@ from azure.core.exceptions import HttpResponseError
 
 from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
+from upwell.ops.tags import expires
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
 
@@ -83,7 +84,8 @@ def test_contract_vmss_creates_regular_and_spot_sets(server, credential, client_
     assert regular.body["sku"] == {"name": "Standard_D4s_v5", "tier": "Standard", "capacity": 2}
     assert spot.body["sku"]["capacity"] == 2
     assert regular.body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {IDENTITY: {}}}
-    assert regular.body["tags"] == {"upwell-pool": "cpu", "upwell-backend": "vmss", "project": "lab"}
+    assert regular.body["tags"] == {"upwell-pool": "cpu", "upwell-backend": "vmss", "project": "lab",
+                                    "upwell-project": "lab", "upwell-owner": "upwell", "upwell-expires": expires(30)}
     profile = spot.body["properties"]["virtualMachineProfile"]
     assert profile["priority"] == "Spot" and profile["evictionPolicy"] == "Delete"
     assert profile["billingProfile"] == {"maxPrice": -1}

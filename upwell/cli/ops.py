@@ -1,41 +1,44 @@
-"""``upwell reconcile``: one reconciler pass now (missed, dead-lettered and poisoned events)."""
+"""``upwell janitor``: find leaked, idle, expired and overdue resources; act on them with --apply."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
 
-
-def reconcile(dry_run: bool = typer.Option(False, "--dry-run", help="find and show, change nothing"),
-              grace_s: int = typer.Option(None, help="seconds an upload may wait for its event "
-                                                     "(default: UPWELL_RECONCILE_GRACE_S, 120)")) -> None:
-    """Find uploads, results and reports that no event started, and dead-lettered or poisoned events;
-    re-drive them through ingest and collect (idempotent). Every action is logged and shown by `upwell status`."""
-    import dataclasses
+def janitor(apply: bool = typer.Option(False, "--apply", help="act as the policy says (default: a dry run)"),
+            policy: Path = typer.Option(None, "--policy", help="policy file (YAML): actions per kind, idle_minutes, "
+                                        "include_untagged"),
+            include_untagged: bool = typer.Option(False, "--include-untagged",
+                                                  help="also act on resources without upwell's tags"),
+            as_json: bool = typer.Option(False, "--json")) -> None:
+    """Scan the resource group and Batch account in UPWELL_SUBSCRIPTION_ID, UPWELL_RESOURCE_GROUP and
+    UPWELL_BATCH_ACCOUNT_URL (and the ledger, for jobs past their max wall-clock). Every finding is recorded."""
+    from dataclasses import replace
 
     from upwell.cli.pipeline import _storage
-    from upwell.ops.reconcile import Reconciler
-    from upwell.settings import Settings
+    from upwell.ops import janitor as J
 
-    settings = Settings.from_env()
-    if grace_s is not None:
-        settings = dataclasses.replace(settings, reconcile_grace_s=grace_s)
-    result = Reconciler(_storage(), settings, dry_run=dry_run).run()
-    print_actions([a.__dict__ for a in result.actions], f"reconcile{' (dry run)' if dry_run else ''}: "
-                  f"{result.listed} listed, {result.checked} checked, {len(result.actions)} actions, "
-                  f"{result.seconds:.2f} s")
-
-
-def print_actions(actions: list[dict], title: str) -> None:
-    table = Table("at", "kind", "target", "outcome", "detail", title=title)
-    for a in actions:
-        table.add_row(str(a.get("at") or "")[:19], a.get("kind") or "", a.get("target") or "",
-                      a.get("outcome") or "", (a.get("detail") or "")[:80])
-    console.print(table)
+    console = Console()
+    pol = J.Policy.load(policy)
+    if include_untagged:
+        pol = replace(pol, include_untagged=True)
+    findings = J.run(_storage(), apply=apply, policy=pol)
+    if as_json:
+        console.print_json(json.dumps([f.as_row() for f in findings]))
+        return
+    table = Table("kind", "resource", "tagged", "why", "action", "result" if apply else "would",
+                  title=f"janitor {'(applied)' if apply else '(dry run: nothing changed; --apply acts)'}")
+    for f in findings:
+        table.add_row(f.kind, f.name, "yes" if f.tagged else "[yellow]no[/]", f.reason, f.action,
+                      f.result if apply else ("skip (untagged)" if not f.tagged and not pol.include_untagged
+                                              else f.action))
+    console.print(table if findings else "janitor: nothing found")
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(reconcile)
+    app.command()(janitor)

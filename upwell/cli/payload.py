@@ -1,4 +1,9 @@
-"""``upwell payload``: run a registered payload on this machine exactly as a worker agent would.
+"""``upwell payload``: manage payload definitions, and run one on this machine as a worker agent would.
+
+``upwell payload validate FILE`` prints every problem with its path in the file;
+``upwell payload push FILE`` validates and registers a definition in the ``payloads``
+container (operators only: the container's write role); ``upwell payload list`` shows
+built-in and registered definitions with their versions.
 
 ``upwell payload run heat-mpi --ranks 2 --param nx=128`` validates the parameters
 against the registry's model, calls ``workers.launch.run_payload`` in a fresh work
@@ -56,12 +61,61 @@ def resume_source(path: Path | None) -> Path | None:
     return path / "ckpt" if (path / "ckpt").is_dir() else path
 
 
+def _registry(local: bool = False):
+    from upwell.payloads.registry import Registry
+    from upwell.settings import Settings
+
+    settings = Settings.from_env()
+    if local:
+        return Registry(None, settings.registry_allowlist)
+    from upwell.cli.pipeline import _storage
+
+    storage = _storage()
+    return Registry(storage, settings.registry_allowlist)
+
+
+@payload_app.command("validate")
+def validate_file(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a definition (YAML)")) -> None:
+    """Check a definition; print every problem with its path in the file. Exit 2 when there is one."""
+    from upwell.payloads.validate import DefinitionError, load
+
+    try:
+        loaded = load(path.read_bytes(), str(path), _registry(local=True).allowlist)
+    except DefinitionError as exc:
+        for problem in exc.problems:
+            typer.echo(f"{path}: {problem}", err=True)
+        raise typer.Exit(2) from None
+    except InputRejected as exc:
+        typer.echo(f"{path}: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{path}: ok: {loaded.ref} {loaded.sha256} image {loaded.definition.image}")
+
+
+@payload_app.command("push")
+def push(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a definition (YAML)")) -> None:
+    """Validate a definition and register it in the payloads container (a version never changes)."""
+    from upwell.payloads.validate import DefinitionError
+
+    try:
+        loaded, created = _registry().push(path.read_bytes(), str(path))
+    except DefinitionError as exc:
+        for problem in exc.problems:
+            typer.echo(f"{path}: {problem}", err=True)
+        raise typer.Exit(2) from None
+    except InputRejected as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"{'registered' if created else 'already registered'}: {loaded.ref} {loaded.sha256}")
+
+
 @payload_app.command("list")
-def list_payloads() -> None:
-    """List the registered payloads, their launcher, pool and parameters."""
-    for name, spec in sorted(registry.PAYLOADS.items()):
-        fields = ", ".join(f"{k}={f.default!r}" for k, f in spec.params.model_fields.items())
-        typer.echo(f"{name:14} {spec.launcher:9} pool={spec.pool:4} {fields}")
+def list_payloads(local: bool = typer.Option(False, "--local", help="built-in definitions only (no storage)")) -> None:
+    """List built-in and registered definitions: name, version, where, launcher, pool, params."""
+    for loaded in _registry(local=local).list():
+        d = loaded.definition
+        fields = ", ".join(f"{k}={p.default!r}" if p.default is not None else k for k, p in d.params.items())
+        typer.echo(f"{d.name:16} {d.version:8} {'built-in' if loaded.builtin else 'registered':10} "
+                   f"{d.launcher.kind:8} pool={d.pool:4} {fields}")
 
 
 @payload_app.command("run")
@@ -77,19 +131,22 @@ def run(name: str = typer.Argument(..., help="registered payload name"),
         timeout: float | None = typer.Option(None, help="seconds before the payload is stopped and failed"),
         workdir: Path | None = typer.Option(None, help="work directory (default: a new temporary one)")) -> None:
     """Run one payload locally through the same launcher the worker agent uses."""
-    try:
-        spec = registry.get(name)
-        params = parse_params(param)
-        from workers.launch import validate_params
+    from upwell.payloads import params as payload_params
 
-        validate_params(spec, params)
+    try:
+        # Built-ins need no storage; a registered definition is read from the payloads container.
+        definitions = _registry(local=name in _registry(local=True).names())
+        loaded = definitions.resolve(name)
+        params = parse_params(param)
+        payload_params.validate(loaded.definition, params)
         resume_dir = resume_source(resume)
     except InputRejected as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    item = WorkItem(job_id="local", shard_id=f"local-{uuid.uuid4().hex[:8]}", payload=name, pool=spec.pool,
-                    params=params, attempt=attempt, ranks=ranks, gpus=gpus)
-    result = _run_with_signals(item, workdir, input_path, resume_dir, timeout)
+    item = WorkItem(job_id="local", shard_id=f"local-{uuid.uuid4().hex[:8]}", payload=loaded.definition.name,
+                    pool=loaded.definition.pool, params=params, attempt=attempt, ranks=ranks, gpus=gpus,
+                    payload_version=loaded.definition.version, payload_sha256=loaded.sha256)
+    result = _run_with_signals(item, workdir, input_path, resume_dir, timeout, definitions)
     doc = result.to_dict()
     if out is not None:
         doc = _copy_out(Path(doc["checkpoint_dir"]).parent, out, doc, keep=workdir is not None)
@@ -98,14 +155,15 @@ def run(name: str = typer.Argument(..., help="registered payload name"),
 
 
 def _run_with_signals(item: WorkItem, workdir: Path | None, input_path: Path | None, resume_dir: Path | None,
-                      timeout: float | None):
+                      timeout: float | None, definitions=None):
     from workers.launch import run_payload
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         where = workdir or Path(tempfile.mkdtemp(prefix="upwell-payload-"))
-        return run_payload(item, where, input_path=input_path, resume_dir=resume_dir, stop=stop, timeout_s=timeout)
+        return run_payload(item, where, input_path=input_path, resume_dir=resume_dir, stop=stop, timeout_s=timeout,
+                           definitions=definitions)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -53,6 +53,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         stack.wait_subscribed()
         _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
              f"http://127.0.0.1:{http_port}/api/jobs")
+        _say(f"[green]dashboard[/] http://127.0.0.1:{http_port}/api/dashboard")
         _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "
              "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
         while not stopping.is_set() and stack.alive():
@@ -115,7 +116,7 @@ def status(job: str = typer.Argument(None, help="a job id; all jobs when omitted
                       str(r.get("shards_done") or 0), str(r.get("shards_failed") or 0), str(r.get("shards_total") or 0),
                       f"{float(r.get('spent_usd') or 0):.4f}", (r.get("message") or "")[:60])
     console.print(table)
-    from upwell.cli.ops import print_actions
+    from upwell.cli.reconcile import print_actions
     from upwell.ops.reconcile import recent_actions
 
     actions = recent_actions(storage, limit=10)

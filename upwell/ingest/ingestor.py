@@ -13,19 +13,24 @@ import json
 import re
 import tempfile
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.core.pipeline.transport import RequestsTransport
 from azure.storage.queue import QueueClient
 
-from upwell import logs, names, registry
-from upwell.errors import ConfigError, InputRejected
+from upwell import logs, names
+from upwell.errors import InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import shard_csv, shard_parquet
+from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
+from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
+from upwell.payloads import params as payload_params
+from upwell.payloads.registry import Registry
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
@@ -93,6 +98,7 @@ class Ingestor:
         self.storage = storage
         self.settings = settings
         self.ledger = ledger or Ledger(storage)
+        self.definitions = Registry(storage, settings.registry_allowlist)
 
     def incoming(self, name: str):
         """The client of incoming/<name>. A name with '.' or '..' segments (stored as is when an upload
@@ -143,21 +149,29 @@ class Ingestor:
     # -- manifests ---------------------------------------------------------------
     def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:
         data = self.storage.read(f"{names.INCOMING}/{name}")
-        m = manifests.load_manifest(data, f"{names.INCOMING}/{name}")
-        spec = registry.get(m.payload)
-        pool = m.pool or spec.pool
+        m = manifests.load_manifest(data, f"{names.INCOMING}/{name}", self.definitions.names())
+        spec = self.definitions.resolve(m.payload)
+        pool = m.pool or spec.definition.pool
         self._check_pool(pool, "pool")
         if m.image and m.image not in self.settings.image_allowlist:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(data))
+        job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
         if m.data:
             shards = list(self._shard_data_refs(job_id, name, m, spec))
         else:
-            points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes)
+            points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes,
+                                           spec.definition)
             shards = [(f"s{i:05d}", p, None, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
                       for i, p in enumerate(points)]
-        return self._dispatch(job, shards, spec, m.resources, bound)
+        return self._dispatch(job, shards, spec, self._resources(m, spec.definition), bound)
+
+    @staticmethod
+    def _resources(m: manifests.Manifest, definition) -> manifests.Resources:
+        """The manifest's resources, else the definition's ranks and GPUs."""
+        if "resources" in m.model_fields_set:
+            return m.resources
+        return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
@@ -169,40 +183,91 @@ class Ingestor:
                 raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
             local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
             path = ref if ref.startswith(f"{names.INCOMING}/") else local
-            for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+            if m.shard.whole_files:
                 params = dict(m.params)
-                spec.params.model_validate(params)
-                blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                self.storage.write(blob_path, shard.data)
-                yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
+                payload_params.validate(spec.definition, params)
+                blob_path, digest = self._whole_file(job_id, index, path, i)
+                yield (f"s{index:05d}", params, blob_path, digest)
                 index += 1
+                continue
+            with ShardUploads(self.storage) as uploads:
+                for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+                    params = dict(m.params)
+                    payload_params.validate(spec.definition, params)
+                    blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
+                    uploads.put(blob_path, shard.data)
+                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    index += 1
+            yield from uploads.shards
+
+    def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
+        """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
+        container, name = path.split("/", 1)
+        try:
+            data = self.storage.blob(container, name).download_blob().readall()
+        except ResourceNotFoundError:
+            raise InputRejected(f"data blob {path} does not exist", field=f"data[{i}]") from None
+        if len(data) > self.settings.max_upload_bytes:
+            raise InputRejected(f"data[{i}] is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}",
+                                field=f"data[{i}]", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
+        kind = archive_kind(data[:512])
+        if kind:
+            raise InputRejected(f"data[{i}] is a {kind} archive; archives are not accepted: upload the files "
+                                "themselves", field=f"data[{i}]")
+        suffix = PurePosixPath(name).suffix
+        suffix = suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,10}", suffix) else ""
+        blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}{suffix}"
+        self.storage.write(blob_path, data)
+        return blob_path, hashlib.sha256(data).hexdigest()
 
     # -- instrument drops ----------------------------------------------------------
     def _instrument(self, job_id: str, name: str, props, bound) -> Outcome:
         rule = self.match_rule(name)
-        spec = registry.get(rule.payload)
-        pool = rule.pool or spec.pool
+        spec = self.definitions.resolve(rule.payload)
+        pool = rule.pool or spec.definition.pool
         self._check_pool(pool, "pool")
-        spec.params.model_validate(rule.params)
+        payload_params.validate(spec.definition, dict(rule.params))
         m = manifests.Manifest(name=f"{rule.name or 'rule'}: {name}", payload=rule.payload, pool=pool,
                                params=rule.params, shard=rule.shard, estimate=rule.estimate,
-                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency)
-        job = self._job_row(job_id, name, props.etag, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()))
-        shards = []
-        for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
-            blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-            self.storage.write(blob_path, shard.data)
-            shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path, hashlib.sha256(shard.data).hexdigest()))
-        return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+                               budget_usd=rule.budget_usd, spot=rule.spot, max_concurrency=rule.max_concurrency,
+                               owner=rule.owner, project=rule.project, max_wall_clock_s=rule.max_wall_clock_s,
+                               max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
+        job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
+                            spec)
+        source = f"{names.INCOMING}/{name}"
+        if rule.format == "binary":
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
+            return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
+        with ShardUploads(self.storage) as uploads:
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+                blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
+                uploads.put(blob_path, shard.data)
+                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
+                                       hashlib.sha256(shard.data).hexdigest()))
+        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound)
+
+    def _binary_sha256(self, name: str) -> str:
+        """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
+        head, digest = b"", hashlib.sha256()
+        for chunk in self.incoming(name).download_blob().chunks():
+            if len(head) < 512:
+                head += chunk[:512]
+            digest.update(chunk)
+        kind = archive_kind(head)
+        if kind:
+            raise InputRejected(f"incoming/{name[:200]} is a {kind} archive; archives are not accepted: upload the "
+                                "files themselves", field="document")
+        return digest.hexdigest()
 
     def match_rule(self, name: str) -> manifests.PipelineRule:
-        rules = []
+        rules, known = [], self.definitions.names()
         for item in self.storage.list(names.PIPELINES):
             if not item.name.endswith((".yaml", ".yml", ".json")):
                 continue
             try:
                 rule = manifests.load_rule(self.storage.read(f"{names.PIPELINES}/{item.name}"),
-                                           f"{names.PIPELINES}/{item.name}")
+                                           f"{names.PIPELINES}/{item.name}", known)
             except InputRejected as exc:
                 log.warning("ingest.bad_rule", rule=item.name, error=exc.message)
                 continue
@@ -213,7 +278,8 @@ class Ingestor:
         raise InputRejected(f"no pipeline rule matches incoming/{name} (rules: {known}), and it is not a job "
                             f"manifest (job.yaml / job.json)", field="name")
 
-    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = ""):
+    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
+                      options: CsvOptions | None = None):
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         container, blob_name = path.split("/", 1)
@@ -229,8 +295,8 @@ class Ingestor:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit)
+        yield from shard_csv(prefetch(downloader.chunks()), source=path, rows_per_shard=rule.rows,
+                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
     def _check_pool(self, pool: str, field: str) -> None:
@@ -238,10 +304,18 @@ class Ingestor:
             raise InputRejected(f"pool {pool!r} is not configured; pools: {sorted(self.settings.pools)}",
                                 field=field)
 
-    def _job_row(self, job_id, name, etag, m: manifests.Manifest, pool: str, mhash: str) -> dict[str, Any]:
+    def _job_row(self, job_id, name, props, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
+        from upwell.ops.wallclock import tighter
+
         pspec = self.settings.pools[pool]
+        d = spec.definition
         return {"job_id": job_id, "name": m.name or name, "description": m.description, "status": "ingesting",
-                "payload": m.payload, "pool": pool, "source_blob": f"{names.INCOMING}/{name}", "source_etag": etag,
+                "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
+                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}",
+                "source_etag": props.etag, "owner": m.owner or _uploader(props) or "unknown",
+                "project": m.project or self.settings.project, "gpus": m.resources.gpus,
+                "max_wall_clock_s": tighter(m.max_wall_clock_s, pspec.max_wall_clock_s),
+                "max_shard_wall_clock_s": tighter(m.max_shard_wall_clock_s, pspec.max_shard_wall_clock_s),
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
                 "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
                 "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
@@ -255,14 +329,19 @@ class Ingestor:
         if len(shards) > self.settings.max_shards:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
-        est_ns = job["estimate_node_seconds_per_shard"] * len(shards) * max(1, resources.ranks // 2 or 1)
-        est_usd = _estimate(est_ns, job["price_key"], job["spot"])
-        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd)
+        est = self._estimate(job, [params for _, params, _, _ in shards], resources)
+        est_ns, est_usd = est.node_seconds, est.usd
+        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
+                   node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+        from upwell.ops.costs import check_budgets
+
+        check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
         if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
             raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
                                 f"exceeds the budget ${job['budget_usd']:.2f}", field="budget_usd",
                                 limit=f"budget_usd={job['budget_usd']}")
-        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.name, pool=job["pool"], params=params,
+        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,
+                          payload_version=spec.definition.version, payload_sha256=spec.sha256,
                           input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
@@ -275,12 +354,27 @@ class Ingestor:
                      result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
-        for text in texts:
-            queue.send_message(text)
+        if len(texts) < 4:
+            for text in texts:
+                queue.send_message(text)
+        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+                for _ in pool.map(queue.send_message, texts):
+                    pass
         self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
-        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.name,
+        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
+
+    def _estimate(self, job: dict, points: list[dict], resources):
+        """Priced on the pool that runs it, node time learned from earlier results (upwell.ops.estimate)."""
+        from upwell.ops import estimate as est
+
+        history = est.learn(self.ledger, job["payload"], job["pool"])
+        return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
+                            price_key=job["price_key"], spot_allowed=bool(job["spot"]),
+                            pool_spot_share=self.settings.pools[job["pool"]].spot_share,
+                            ranks=resources.ranks, gpus=resources.gpus)
 
     # -- quarantine ---------------------------------------------------------------------
     def quarantine(self, job_id: str, name: str, etag: str, exc: InputRejected) -> None:
@@ -340,10 +434,7 @@ class _DotSegments(RequestsTransport):
         return super().send(request, **kwargs)
 
 
-def _estimate(node_seconds: float, price_key: str, spot: bool) -> float:
-    try:
-        from upwell import cost
-
-        return float(cost.estimate(node_seconds, price_key, spot))
-    except ConfigError:  # an unknown price key estimates as 0 and says so in the report
-        return 0.0
+def _uploader(props) -> str:
+    """Who uploaded, where the upload says: blob metadata ``uploaded_by`` (upwell submit sets it)."""
+    meta = getattr(props, "metadata", None) or {}
+    return str(meta.get("uploaded_by") or meta.get("upwell_owner") or "")[:200]

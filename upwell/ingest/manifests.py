@@ -12,16 +12,17 @@ import hashlib
 import itertools
 import json
 import math
+import re
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from upwell import registry
 from upwell.errors import InputRejected
 from upwell.ingest.sharding import archive_kind
 
 MAX_ALIASES = 100
+PAYLOAD_REF = r"[a-z][a-z0-9-]{0,62}(@[0-9A-Za-z][0-9A-Za-z.+-]{0,63})?"
 MAX_DOCUMENT_BYTES = 1 << 20  # a manifest or rule; data goes in data blobs, not in the document
 MAX_NODES = 100_000  # values in the document once aliases are expanded (a billion-laughs guard)
 
@@ -41,6 +42,8 @@ class ShardRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     rows: int | None = Field(None, ge=1, le=10_000_000)
     bytes: int | None = Field(None, ge=1024, le=1 << 34)
+    whole_files: bool = Field(False, description="each data file is one shard, as uploaded, in any format "
+                                                 "(a tool's own input: FASTQ, PDB, a mesh); not split into rows")
 
 
 class Manifest(BaseModel):
@@ -61,12 +64,21 @@ class Manifest(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
     max_concurrency: int = Field(0, ge=0, le=100_000)  # running shards at once; 0: no cap of its own
+    owner: str = Field("", max_length=200)  # who pays: else the uploader's identity, else "unknown"
+    project: str = Field("", max_length=200)  # else UPWELL_PROJECT
+    max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)  # the job's kill switch
+    max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)  # one attempt's
 
     @field_validator("payload")
     @classmethod
-    def _known_payload(cls, v: str) -> str:
-        if v not in registry.PAYLOADS:
-            raise ValueError(f"unknown payload {v!r}; registered: {sorted(registry.PAYLOADS)}")
+    def _known_payload(cls, v: str, info: ValidationInfo) -> str:
+        """A registered definition's name, optionally pinned to a version (``name@1.2.0``). The known
+        names come in the validation context (the ingestor reads the registry); built-ins by default."""
+        from upwell.payloads.registry import builtins
+
+        known = (info.context or {}).get("payloads") or sorted(builtins())
+        if not re.fullmatch(PAYLOAD_REF, v) or v.split("@", 1)[0] not in known:
+            raise ValueError(f"unknown payload {v!r}; registered: {sorted(known)}")
         return v
 
     @field_validator("grid")
@@ -84,8 +96,12 @@ class PipelineRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = ""
     match: str = Field(..., min_length=1, max_length=512)
-    format: Literal["csv", "parquet"] = "csv"
+    # binary: HDF5, netCDF, raw instrument files go to the payload whole, as one shard (no copy)
+    format: Literal["csv", "parquet", "binary"] = "csv"
     columns: dict[str, Literal["float", "int", "str"]] = Field(default_factory=dict)
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    comment: str = Field("", max_length=8)  # lines starting with it before the header are skipped
+    missing: list[str] = Field(default_factory=list, max_length=32)  # cells that mean "no value": NaN in shards
     shard: ShardRule = ShardRule(rows=1000)
     payload: str
     pool: str | None = None
@@ -94,8 +110,20 @@ class PipelineRule(BaseModel):
     budget_usd: float | None = Field(None, ge=0)
     spot: bool = False
     max_concurrency: int = Field(0, ge=0, le=100_000)
+    owner: str = Field("", max_length=200)
+    project: str = Field("", max_length=200)
+    max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)
+    max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
 
     _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_delimiter(cls, v: str) -> str:
+        if v in ('"', "\n", "\r") or not v.isascii():
+            raise ValueError(f"delimiter {v!r} cannot separate fields: use one ASCII character other than a quote "
+                             "or a line end")
+        return v
 
     def matches(self, name: str) -> bool:
         return fnmatch.fnmatchcase(name, self.match)
@@ -191,9 +219,10 @@ def _loc(loc: tuple) -> str:
     return out
 
 
-def validate(model: type[BaseModel], doc: dict, source: str):
+def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str] | None = None):
+    """``payloads``: the registered definitions' names (built-ins only when None)."""
     try:
-        return model.model_validate(doc)
+        return model.model_validate(doc, context={"payloads": payloads})
     except ValidationError as exc:
         err = exc.errors()[0]
         where = _loc(err["loc"]) or "document"
@@ -201,12 +230,12 @@ def validate(model: type[BaseModel], doc: dict, source: str):
         raise InputRejected(f"{source}: {where}: {err['msg']}{more}", field=where, source=source) from None
 
 
-def load_manifest(data: bytes, source: str) -> Manifest:
-    return validate(Manifest, parse_document(data, source), source)
+def load_manifest(data: bytes, source: str, payloads: list[str] | None = None) -> Manifest:
+    return validate(Manifest, parse_document(data, source), source, payloads)
 
 
-def load_rule(data: bytes, source: str) -> PipelineRule:
-    return validate(PipelineRule, parse_document(data, source), source)
+def load_rule(data: bytes, source: str, payloads: list[str] | None = None) -> PipelineRule:
+    return validate(PipelineRule, parse_document(data, source), source, payloads)
 
 
 def manifest_hash(data: bytes) -> str:
@@ -217,23 +246,26 @@ def grid_size(grid: dict[str, list[Any]]) -> int:
     return math.prod(len(v) for v in grid.values()) if grid else 1
 
 
-def grid_points(m: Manifest, max_shards: int, max_param_bytes: int) -> list[dict[str, Any]]:
-    """Expand the grid into validated parameter points, one per shard."""
+def grid_points(m: Manifest, max_shards: int, max_param_bytes: int, definition=None) -> list[dict[str, Any]]:
+    """Expand the grid into parameter points, one per shard, each validated against the payload's
+    definition (a built-in one when ``definition`` is None)."""
+    from upwell.payloads import params as payload_params
+    from upwell.payloads.registry import Registry
+
     n = grid_size(m.grid)
     if n > max_shards:
         raise InputRejected(f"grid has {n} points; the limit is {max_shards} shards per job",
                             field="grid", limit=f"max_shards={max_shards}")
-    spec = registry.get(m.payload)
+    definition = definition or Registry().resolve(m.payload).definition
     keys = list(m.grid)
     points = []
     for i, combo in enumerate(itertools.product(*(m.grid[k] for k in keys))):
         point = {**m.params, **dict(zip(keys, combo, strict=True))}
         try:
-            spec.params.model_validate(point)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            field = _loc(err["loc"])
-            raise InputRejected(f"grid point {i} {json.dumps(point, default=str)[:200]}: {field}: {err['msg']}",
+            payload_params.validate(definition, point)
+        except InputRejected as exc:
+            field = exc.field.split(".", 1)[1]
+            raise InputRejected(f"grid point {i} {json.dumps(point, default=str)[:200]}: {exc.message}",
                                 field=f"grid.{field}" if field in keys else f"params.{field}", row=i) from None
         size = len(json.dumps(point, default=str))
         if size > max_param_bytes:

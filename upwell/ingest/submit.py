@@ -42,12 +42,23 @@ def submit(storage: Storage, paths: list[Path], prefix: str = "") -> list[Upload
             check_name(name)
             with open(local, "rb") as fh:
                 blob = storage.blob(names.INCOMING, name)
-                props = blob.upload_blob(fh, overwrite=True)
+                props = blob.upload_blob(fh, overwrite=True, metadata={"uploaded_by": uploader()})
             from upwell.ingest.ingestor import is_manifest_input
 
             job = None if is_manifest_input(name) and not is_manifest(name) else job_id_for(name, props["etag"])
             out.append(Uploaded(local, name, job))
     return out
+
+
+def uploader() -> str:
+    """Who uploads, for the job's owner when its manifest names none: UPWELL_OWNER, else the login name."""
+    import getpass
+    import os
+
+    try:
+        return os.environ.get("UPWELL_OWNER") or getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def push_rules(storage: Storage, paths: list[Path]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from upwell import names
@@ -21,6 +22,29 @@ def sample_uploads(samples: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     return rules, uploads
 
 
+# How to add a third-party tool a sample's definition runs, by the tool's name on PATH.
+HOW_TO_ADD = {"gmx": "as root run `make gromacs` (apt-get install gromacs), then `make demo` again"}
+
+
+def missing_tool(folder: Path) -> str | None:
+    """The tool a sample's payload definition runs when it is not on PATH (its samples are skipped), else None."""
+    from upwell.ingest.manifests import parse_document
+    from upwell.payloads.registry import builtins
+
+    manifest = next((folder / m for m in ("job.yaml", "job.yml", "job.json") if (folder / m).exists()), None)
+    if manifest is None:
+        return None
+    try:
+        payload = str(parse_document(manifest.read_bytes(), manifest.name).get("payload") or "")
+    except Exception:  # noqa: BLE001 - a bad sample is the ingestor's to reject, with its error file
+        return None
+    loaded = builtins().get(payload.split("@", 1)[0])
+    if loaded is None or loaded.definition.module:
+        return None
+    tool = loaded.definition.command[0]
+    return None if "{" in tool or shutil.which(tool) else tool
+
+
 def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fetch_report, *,
              ports: tuple[int, int, int] | None = None, http_port: int = 7071) -> int:
     stack = LocalStack(state, quiet=True, http_port=http_port, **({"ports": ports} if ports else {}))
@@ -32,6 +56,12 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
             console.print(f"[red]the local Functions host did not start[/]: see {state / 'logs' / 'devhost.log'}")
             return 1
         rules, uploads = sample_uploads(samples)
+        for path, _ in list(uploads):
+            tool = path.is_dir() and missing_tool(path)
+            if tool:
+                uploads.remove((path, _))
+                console.print(f"  skipped {path.name}: its payload runs `{tool}`, which is not installed; to add it, "
+                              f"{HOW_TO_ADD.get(tool, f'put {tool} on PATH')}", soft_wrap=True, markup=False)
         for r in push_rules(stack.storage, rules):
             console.print(f"  rule pipelines/{r}")
         jobs = []

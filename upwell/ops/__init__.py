@@ -1,1 +1,2 @@
-"""Operations that keep the pipeline whole: the reconciler (missed, dead-lettered and poisoned events)."""
+"""Operating upwell: the reconciler (missed, dead-lettered and poisoned events), tags, the janitor, the
+dashboard's data, cost roll-ups, estimates."""

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from upwell import logs, names
+from upwell import cost, logs, names
 from upwell.errors import ConfigError, NotFound
 from upwell.ledger import JobRow, Ledger, ShardState
 from upwell.storage import Storage
@@ -30,15 +30,14 @@ class Collected:
 
 
 def shard_cost(doc: dict, job: JobRow) -> float:
-    """node-seconds x price for this shard's attempts (failed and preempted ones too)."""
+    """node-seconds x price x the job's share of a node, for this shard's attempts (failed and preempted too)."""
     t = doc.get("timings") or {}
     node_seconds = float(t.get("node_seconds") or 0) + float(t.get("preempted_node_seconds") or 0) \
         + float(t.get("failed_node_seconds") or 0)
     try:
-        from upwell import cost
-
         spot = bool((doc.get("node") or {}).get("spot"))
-        return float(cost.estimate(node_seconds, job.price_key or "local", spot))
+        share = cost.to_float(job.extra.get("node_share")) or 1.0
+        return float(cost.shard_usd(node_seconds, job.price_key or "local", spot, share) or 0.0)
     except ConfigError:  # unknown price key: no cost rather than a lost shard
         return 0.0
 
@@ -71,7 +70,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
         fields["poisoned"] = True
     if (doc.get("node") or {}).get("id"):
         fields["node"] = doc["node"]["id"]
-    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=shard_cost(doc, job))
+    fields["cost_usd"] = shard_cost(doc, job)
+    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=fields["cost_usd"])
     bound = log.bind(job_id=job_id, shard_id=shard_id)
     bound.info("collect.shard", status=status.value, counted=done.counted, job_done=done.job_done)
     if done.job_done:

@@ -21,6 +21,7 @@ from typing import Any
 from upwell import cost, logs
 from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
+from upwell.results.figures import definition as definition_figures
 from upwell.results.report import gantt, plots
 from upwell.results.report.model import ShardView, merge
 from upwell.results.report.render import render
@@ -94,6 +95,8 @@ def _payload_sections(job: dict, views: list[ShardView], results: list[dict], fe
     out: list[Section] = []
     for kind, docs in kinds.items():
         fn = sections_for(kind)
+        if fn is None and definition_figures.spec_of(docs):  # a definition's report: table and plots
+            fn = definition_figures.sections
         if fn is None:
             out.extend(_generic(kind, [v for v in views if v.has_result and (v.payload or kind) == kind]))
             continue

@@ -41,7 +41,7 @@ def summarize(job: dict, views: list[ShardView], results: list[dict], scale_even
         "checkpoints": checkpoints(views),
         "scaling": scaling(scale_events),
         "provenance": provenance(job, views),
-        "shards": [shard_row(v) for v in views],
+        "shards": [shard_row(v, shard_cost(v, job, prices)) for v in views],
     }
 
 
@@ -105,17 +105,28 @@ def timings(job: dict, views: list[ShardView]) -> dict:
     }
 
 
-def _cost_rows(views: list[ShardView]) -> list[dict]:
+def _share(job: dict) -> float:
+    return cost.to_float(job.get("node_share")) or 1.0
+
+
+def _cost_rows(views: list[ShardView], share: float = 1.0) -> list[dict]:
     # Priced as collect prices them for the ledger's spent_usd (the job's key, the node's
-    # spot flag), so the report and the budget agree; local nodes are flagged as notional.
-    return [{"node_seconds": v.node_seconds, "spot": v.spot, "pool": v.pool, "price_key": v.price_key}
-            for v in views]
+    # spot flag, the job's share of a node), so the report and the budget agree; local nodes
+    # are flagged as notional.
+    return [{"node_seconds": v.node_seconds, "spot": v.spot, "pool": v.pool, "price_key": v.price_key,
+             "share": share} for v in views]
+
+
+def shard_cost(v: ShardView, job: dict, table: cost.PriceTable) -> float | None:
+    """The shard's own figure (what `upwell cost` sums): paid node-seconds x price x node share."""
+    key = v.price_key or str(job.get("price_key") or cost.DEFAULT_KEY)
+    return cost.shard_usd(v.node_seconds, key, v.spot, _share(job), prices=table) if v.node_seconds else 0.0
 
 
 def cost_summary(job: dict, views: list[ShardView], table: cost.PriceTable) -> dict:
     key = str(job.get("price_key") or cost.DEFAULT_KEY)
     spot = cost.truthy(job.get("spot"))
-    lines = cost.breakdown(_cost_rows(views), key, prices=table, strict=False)
+    lines = cost.breakdown(_cost_rows(views, _share(job)), key, prices=table, strict=False)
     seconds = sum(ln.node_seconds for ln in lines)
     actual = sum(ln.usd or 0.0 for ln in lines)
     est_s = cost.to_float(job.get("estimate_node_seconds"))
@@ -134,6 +145,9 @@ def cost_summary(job: dict, views: list[ShardView], table: cost.PriceTable) -> d
         "earlier_attempts_node_seconds": sum(v.preempted_node_seconds + v.failed_node_seconds for v in views),
         "local_shards": sum(1 for v in views if v.vm_size == "local" and v.node_seconds),
         "ledger_spent_usd": cost.to_float(job.get("spent_usd")),
+        "node_share": _share(job), "estimate_basis": str(job.get("estimate_basis") or ""),
+        "estimate_spot_fraction": cost.to_float(job.get("estimate_spot_fraction")),
+        "estimate_error_pct": (100.0 * (actual - est_usd) / est_usd) if est_usd else None,
         "lines": [{"key": ln.key, "spot": ln.spot, "shards": ln.shards, "node_seconds": ln.node_seconds,
                    "usd_per_hour": ln.per_hour, "usd": ln.usd} for ln in lines],
         "unpriced_keys": sorted({ln.key for ln in lines if ln.usd is None}),
@@ -286,8 +300,9 @@ def _cells(d: dict) -> dict:
     return out
 
 
-def shard_row(v: ShardView) -> dict:
-    return {"shard_id": v.shard_id, "status": v.status, "node": v.node, "pool": v.pool, "spot": v.spot,
+def shard_row(v: ShardView, cost_usd: float | None = None) -> dict:
+    return {"cost_usd": cost_usd,
+            "shard_id": v.shard_id, "status": v.status, "node": v.node, "pool": v.pool, "spot": v.spot,
             "attempts": v.attempts, "preemptions": v.preemptions, "queued_at": iso(v.queued),
             "started_at": iso(v.started), "finished_at": iso(v.finished), "queue_wait_s": v.queue_wait_s,
             "run_s": v.run_s, "node_seconds": v.node_seconds, "params": _cells(v.params),

@@ -47,6 +47,18 @@ def credential(given: Any = None) -> Any:
 
 
 def image(spec: PoolSpec) -> str:
+    """The pool's container image: options.payload names a built-in definition whose image (pinned by
+    digest, with the agent inside: workers/docker/Dockerfile.gromacs) the nodes run; else options.image."""
+    payload = spec.options.get("payload")
+    if payload:
+        from upwell.payloads.registry import builtins
+
+        loaded = builtins().get(str(payload))
+        if loaded is None:
+            raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.payload {payload!r} is not a built-in "
+                              f"definition; known: {sorted(builtins())} (for a pushed one, set options.image "
+                              "to its image)")
+        return loaded.definition.image
     return str(opt(spec, "image"))
 
 
@@ -84,9 +96,10 @@ def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
 
 
 def tags(spec: PoolSpec) -> dict[str, str]:
-    """Tags on every resource a backend creates; ``upwell-pool`` is how it finds its own."""
-    return {"upwell-pool": spec.name, "upwell-backend": spec.backend,
-            **{str(k): str(v) for k, v in (spec.options.get("tags") or {}).items()}}
+    """Tags on every resource a backend creates (upwell.ops.tags); ``upwell-pool`` is how it finds its own."""
+    from upwell.ops.tags import pool_tags
+
+    return pool_tags(spec.name, spec.backend, spec.options)
 
 
 def busy_set(busy: Busy) -> set[str] | None:

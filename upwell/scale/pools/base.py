@@ -45,6 +45,8 @@ class PoolSpec:
     scale_down_votes: int = 3
     cooldown_s: float = 60.0
     budget_usd: float | None = None
+    max_wall_clock_s: float | None = None  # a job on this pool runs at most this long (the kill switch)
+    max_shard_wall_clock_s: float | None = None  # one attempt of a shard runs at most this long
     options: dict = field(default_factory=dict)  # backend-specific: image, identity, subnet ...
 
 

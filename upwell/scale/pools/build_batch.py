@@ -22,6 +22,8 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from upwell.ops import tags as ops_tags
+from upwell.payloads.argv import ContainerRun
 from upwell.scale.pools import azure_common as az
 from upwell.scale.pools.base import PoolSpec
 
@@ -102,7 +104,9 @@ def pool_body(spec: PoolSpec) -> dict[str, Any]:
         "taskSlotsPerNode": 1 if is_mpi(spec) else max(spec.tasks_per_node, 1),
         "taskSchedulingPolicy": {"nodeFillType": "Pack"},
         "startTask": start_task(spec),
-        "metadata": [{"name": "upwell-pool", "value": spec.name}],
+        "metadata": ops_tags.metadata(az.tags(spec)),
+        # Batch copies these onto the VMs, disks and NICs it makes (user-subscription accounts).
+        "resourceTags": az.tags(spec),
     }
     if spec.options.get("subnet_id"):
         props["networkConfiguration"] = {"subnetId": str(spec.options["subnet_id"])}
@@ -170,6 +174,47 @@ def mpi_task(spec: PoolSpec, task_id: str, command: str, instances: int, *,
             number_of_instances=instances, coordination_command_line=coordination_command or "/bin/true"),
         environment_settings=[m.EnvironmentSetting(name=k, value=v)
                               for k, v in sorted(az.agent_env(spec, **(env or {})).items())],
+        user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
+        required_slots=1)
+
+
+def batch_job_id(job_id: str) -> str:
+    """A Batch job id for an upwell job: at most 64 of letters, digits, '-' and '_'."""
+    import re
+
+    return ("upwell-" + re.sub(r"[^A-Za-z0-9_-]", "-", job_id))[:64]
+
+
+def job_options(spec: PoolSpec, job_id: str, *, project: str, owner: str, max_wall_clock_s: float | None = None):
+    """A Batch job for one upwell job on this pool: tagged (metadata), ends when its tasks do, and
+    Batch itself stops it after the job's max wall-clock (the kill switch on Batch's side)."""
+    from azure.batch import models as m
+
+    constraints = None
+    if max_wall_clock_s:
+        constraints = m.BatchJobConstraints(max_wall_clock_time=timedelta(seconds=float(max_wall_clock_s)))
+    meta = ops_tags.metadata({**az.tags(spec), **ops_tags.job_tags(job_id, project=project, owner=owner)})
+    return m.BatchJobCreateOptions(
+        id=batch_job_id(job_id), display_name=f"upwell {job_id}"[:1024],
+        pool_info=m.BatchPoolInfo(pool_id=pool_id(spec)), constraints=constraints,
+        all_tasks_complete_mode="terminatejob", uses_task_dependencies=False,
+        metadata=[m.BatchMetadataItem(name=i["name"], value=i["value"]) for i in meta])
+def payload_task(spec: PoolSpec, task_id: str, run: ContainerRun, env: dict[str, str] | None = None):
+    """One payload command as a Batch task: the definition's image, its argv as the command line
+    (POSIX-quoted; Batch starts it without a shell), in the image's work dir."""
+    from azure.batch import models as m
+
+    registry = _registry(spec)
+    container = m.BatchTaskContainerSettings(
+        image_name=run.image, container_run_options=f"{run_options(spec)} --workdir {shlex.quote(run.workdir)}",
+        registry=None if registry is None else m.ContainerRegistryReference(
+            registry_server=registry["registryServer"],
+            identity_reference=(m.BatchNodeIdentityReference(resource_id=registry["identityReference"]["resourceId"])
+                                if "identityReference" in registry else None)))
+    return m.BatchTaskCreateOptions(
+        id=task_id, command_line=run.command_line(), container_settings=container,
+        environment_settings=[m.EnvironmentSetting(name=k, value=v)
+                              for k, v in sorted({**az.agent_env(spec), **run.env, **(env or {})}.items())],
         user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
         required_slots=1)
 

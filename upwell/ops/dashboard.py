@@ -1,0 +1,166 @@
+"""The live dashboard's data: one JSON snapshot of jobs, pools, the quarantine, scaling decisions
+and janitor findings, and one job's detail. The page (``static/``) polls these; every asset ships
+in the package (no CDN). Pure reads of storage: no state is kept between requests.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from typing import Any
+
+from upwell import cost, names
+from upwell.ledger import Ledger
+from upwell.ops.costs import as_dict
+from upwell.storage import Storage
+from upwell.timeutil import now_iso, parse_iso
+
+ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "text/css; charset=utf-8",
+          "index.html": "text/html; charset=utf-8"}
+JOB_LIMIT = 40  # jobs listed
+DETAIL_LIMIT = 12  # most recent jobs whose shards are read for recoveries
+SERIES_MINUTES = 30  # pool history shown
+TERMINAL = ("succeeded", "partially_failed", "failed", "rejected")
+STATE_LABEL = {"accepted": "queued", "ingesting": "queued"}
+REPORT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png",
+                ".svg": "image/svg+xml", ".csv": "text/csv"}
+
+
+def asset(name: str) -> tuple[bytes, str] | None:
+    """A packaged asset by name (only the known ones)."""
+    if name not in ASSETS:
+        return None
+    data = resources.files("upwell.ops").joinpath("static", name).read_bytes()
+    return data, ASSETS[name]
+
+
+def page() -> bytes:
+    """The page with its stylesheet and script inlined: one request, and on Azure no asset URL
+    needs the function key."""
+    html = asset("index.html")[0].decode()
+    html = html.replace("/*upwell:css*/", asset("dashboard.css")[0].decode())
+    return html.replace("/*upwell:js*/", asset("dashboard.js")[0].decode().replace("</", "<\\/")).encode()
+
+
+def _f(value: Any) -> float:
+    return cost.to_float(value) or 0.0
+
+
+def job_line(job: dict, shards: list[dict] | None, now: datetime) -> dict[str, Any]:
+    """One job as the page lists it: state, progress, cost so far, ETA and recoveries."""
+    total = int(job.get("shards_total") or 0)
+    done = int(job.get("shards_done") or 0) + int(job.get("shards_failed") or 0)
+    status = str(job.get("status") or "")
+    eta = None
+    started = parse_iso(job.get("started_at"))
+    if status == "running" and started and 0 < done < total:
+        elapsed = (now - started).total_seconds()
+        eta = elapsed / done * (total - done)
+    line = {"job_id": job["PartitionKey"], "name": job.get("name") or "", "status": status,
+            "state": STATE_LABEL.get(status, status), "payload": job.get("payload") or "",
+            "pool": job.get("pool") or "",
+            "owner": job.get("owner") or "", "project": job.get("project") or "",
+            "shards_total": total, "shards_finished": done, "shards_failed": int(job.get("shards_failed") or 0),
+            "progress": (done / total) if total else (1.0 if status in TERMINAL and status != "rejected" else 0.0),
+            "spent_usd": _f(job.get("spent_usd")), "estimate_usd": cost.to_float(job.get("estimate_usd")),
+            "budget_usd": cost.to_float(job.get("budget_usd")), "eta_s": eta,
+            "created_at": job.get("created_at") or "", "finished_at": job.get("finished_at") or "",
+            "message": job.get("message") or "", "reported": bool(job.get("reported")),
+            "report": f"reports/{job['PartitionKey']}/index.html" if job.get("reported") else None}
+    if shards is not None:
+        line["running"] = sum(1 for s in shards if s.get("status") == "running")
+        line["recoveries"] = sum(int(s.get("preemptions") or 0) + int(s.get("failures") or 0) for s in shards)
+        line["preemptions"] = sum(int(s.get("preemptions") or 0) for s in shards)
+    return line
+
+
+def jobs(ledger: Ledger, now: datetime) -> list[dict]:
+    rows = sorted(map(as_dict, ledger.jobs()), key=lambda j: str(j.get("created_at") or ""), reverse=True)[:JOB_LIMIT]
+    out = []
+    for i, job in enumerate(rows):
+        active = job.get("status") not in TERMINAL
+        shards = [as_dict(r) for r in ledger.shards(job["PartitionKey"])] if (active or i < DETAIL_LIMIT) and job.get(
+            "status") != "rejected" else None
+        out.append(job_line(job, shards, now))
+    return out
+
+
+def pools(storage: Storage, settings: Any, now: datetime) -> tuple[list[dict], list[dict]]:
+    """Per pool: nodes against backlog over the last minutes, spot share, caps; and recent decisions."""
+    table = storage.table(names.SCALE_TABLE)
+    since = (now - timedelta(minutes=SERIES_MINUTES)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    out, decisions = [], []
+    for name, spec in settings.pools.items():
+        rows = [dict(r) for r in table.query_entities("PartitionKey eq @p and RowKey ge @a",
+                                                      parameters={"p": name, "a": since}) if r["RowKey"] != "state"]
+        rows.sort(key=lambda r: r["RowKey"])
+        series = [{"ts": r["RowKey"], "nodes": int(r.get("nodes") or 0), "target": int(r.get("target") or 0),
+                   "backlog": int(r.get("visible") or 0) + int(r.get("in_flight") or 0),
+                   "spot": int(r.get("spot") or 0)} for r in rows]
+        last = rows[-1] if rows else {}
+        out.append({"pool": name, "backend": spec.backend, "min_nodes": spec.min_nodes, "max_nodes": spec.max_nodes,
+                    "spot_share": spec.spot_share, "price_key": spec.price_key,
+                    "nodes": int(last.get("nodes") or 0), "target": int(last.get("target") or 0),
+                    "capped_by": last.get("capped_by") or "", "reason": last.get("reason") or "",
+                    "message": last.get("message") or "", "series": series[-120:]})
+        decisions += [{"pool": name, "ts": r["RowKey"], "target": r.get("target"), "nodes": r.get("nodes"),
+                       "capped_by": r.get("capped_by") or "", "reason": r.get("reason") or ""} for r in rows[-10:]]
+    decisions.sort(key=lambda d: d["ts"], reverse=True)
+    return out, decisions[:25]
+
+
+def quarantine(storage: Storage, limit: int = 20) -> list[dict]:
+    items = [b for b in storage.list(names.QUARANTINE) if b.name.endswith(".error.json")]
+    items.sort(key=lambda b: b.last_modified or datetime.min.replace(tzinfo=UTC), reverse=True)
+    out = []
+    for b in items[:limit]:
+        try:
+            err = json.loads(storage.read(f"{names.QUARANTINE}/{b.name}"))
+        except (ValueError, Exception):  # noqa: BLE001 - an unreadable error file still shows its name
+            err = {}
+        out.append({"blob": f"{names.QUARANTINE}/{b.name[:-len('.error.json')]}", "error": err.get("message")
+                    or err.get("error") or "", "field": err.get("field") or "", "row": err.get("row"),
+                    "job_id": err.get("job_id") or "", "at": err.get("rejected_at") or ""})
+    return out
+
+
+def snapshot(storage: Storage, settings: Any) -> dict[str, Any]:
+    from upwell.ops.janitor import recent
+
+    now = datetime.now(UTC)
+    pool_rows, decisions = pools(storage, settings, now)
+    return {"generated_at": now_iso(), "jobs": jobs(Ledger(storage), now), "pools": pool_rows,
+            "decisions": decisions, "quarantine": quarantine(storage),
+            "janitor": [{k: r.get(k) for k in ("RowKey", "kind", "name", "reason", "action", "result", "tagged",
+                                               "applied")} for r in recent(storage, 20)]}
+
+
+def job_detail(storage: Storage, job_id: str) -> dict[str, Any] | None:
+    ledger = Ledger(storage)
+    job = ledger.job(job_id)
+    if job is None:
+        return None
+    job = as_dict(job)
+    shards = sorted(map(as_dict, ledger.shards(job_id)), key=lambda r: r["RowKey"])
+    line = job_line(job, shards, datetime.now(UTC))
+    line["estimate_basis"] = job.get("estimate_basis") or ""
+    line["shards"] = [{"shard_id": s["RowKey"], "status": s.get("status") or "", "node": s.get("node") or "",
+                       "attempts": int(s.get("attempts") or 0), "preemptions": int(s.get("preemptions") or 0),
+                       "failures": int(s.get("failures") or 0), "node_seconds": cost.paid_seconds(s),
+                       "cost_usd": cost.to_float(s.get("cost_usd")), "error": (s.get("error") or "")[:300]}
+                      for s in shards]
+    return line
+
+
+def report_file(storage: Storage, job_id: str, path: str) -> tuple[bytes, str] | None:
+    """A file of a job's report (reports/<job>/<path>); None when absent or the path leaves the folder."""
+    parts = path.split("/")
+    if not path or any(p in ("", ".", "..") for p in parts) or "/" in job_id or job_id in ("", ".", ".."):
+        return None
+    try:
+        data = storage.read(f"{names.REPORTS}/{job_id}/{path}")
+    except Exception:  # noqa: BLE001 - not there (yet)
+        return None
+    ext = "." + path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    return data, REPORT_TYPES.get(ext, "application/octet-stream")

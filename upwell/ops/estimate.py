@@ -1,0 +1,113 @@
+"""Estimates that hold: price the nodes that will run, and learn node time from past results.
+
+Before dispatch a job's cost is estimated as the sum over its shards of node-seconds x the
+blended price of the pool x the job's share of a node:
+
+- node-seconds per shard are *learned*: the median paid node-seconds of earlier shards of the
+  same payload, pool and size (the same parameters and ranks), else of the same payload and
+  pool, else the manifest's ``estimate.node_seconds_per_shard``;
+- the price is the pool's: its spot share of spot prices (only when the job allows spot) and
+  the rest pay-as-you-go, on the pool's price key (a local pool's key too);
+- the share is the shard's CPUs (ranks) or GPUs over the VM's (upwell.cost.node_share).
+
+Learning reads the ledger (the last ``MAX_JOBS`` finished jobs of the payload), so it needs no
+state of its own and a fresh deployment falls back to the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from upwell import cost
+from upwell.ops.costs import as_dict
+
+MAX_JOBS = 10
+FINISHED = ("succeeded", "partially_failed")
+
+
+def size_key(params: dict | str | None, ranks: int = 1, gpus: int = 0) -> str:
+    """The size of one shard: its parameters and resources (a grid point's own values), hashed."""
+    if isinstance(params, str):
+        try:
+            params = json.loads(params or "{}")
+        except ValueError:
+            params = {"_": params}
+    text = json.dumps({"p": params or {}, "r": int(ranks or 1), "g": int(gpus or 0)}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class History:
+    """Paid node-seconds of earlier successful shards: per size key, and all of them."""
+
+    by_size: dict[str, list[float]] = field(default_factory=dict)
+    all: list[float] = field(default_factory=list)
+    jobs: int = 0
+
+    def add(self, key: str, seconds: float) -> None:
+        self.by_size.setdefault(key, []).append(seconds)
+        self.all.append(seconds)
+
+    def per_shard(self, key: str, fallback: float) -> tuple[float, str]:
+        if self.by_size.get(key):
+            return statistics.median(self.by_size[key]), "size"
+        if len(self.all) >= 3:
+            return statistics.median(self.all), "payload"
+        return float(fallback), "manifest"
+
+
+def learn(ledger: Any, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
+    """History of ``payload`` on ``pool`` from the ledger's most recent finished jobs."""
+    rows = ledger.table.query_entities(
+        "RowKey eq @job and payload eq @payload and pool eq @pool and ( status eq @a or status eq @b )",
+        parameters={"job": "job", "payload": payload, "pool": pool, "a": FINISHED[0], "b": FINISHED[1]})
+    jobs = [dict(j) for j in rows]
+    jobs.sort(key=lambda j: str(j.get("finished_at") or ""), reverse=True)
+    hist = History()
+    for job in jobs[:max_jobs]:
+        hist.jobs += 1
+        for row in map(as_dict, ledger.shards(job["PartitionKey"])):
+            if row.get("status") != "succeeded":
+                continue
+            seconds = cost.paid_seconds(row)
+            if seconds > 0:
+                hist.add(size_key(row.get("params"), int(job.get("ranks") or 1), int(job.get("gpus") or 0)), seconds)
+    return hist
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    node_seconds: float  # summed over shards (node time, before the share)
+    usd: float
+    per_hour: float  # blended $/node-hour
+    spot_fraction: float
+    share: float
+    basis: str  # e.g. "learned: 10 shards by size, 2 by payload; manifest: 0"
+
+
+def estimate(points: Iterable[dict], *, history: History, manifest_s: float, price_key: str, spot_allowed: bool,
+             pool_spot_share: float, ranks: int = 1, gpus: int = 0,
+             prices: cost.PriceTable | None = None) -> JobEstimate:
+    """The job's estimate from its shards' parameters. An unknown price key prices at $0 (and says so)."""
+    table = prices or cost.load()
+    counts = {"size": 0, "payload": 0, "manifest": 0}
+    total = 0.0
+    for params in points:
+        seconds, how = history.per_shard(size_key(params, ranks, gpus), manifest_s)
+        counts[how] += 1
+        total += seconds
+    fraction = float(pool_spot_share) if spot_allowed else 0.0
+    share = cost.node_share(price_key, ranks, gpus, prices=table)
+    try:
+        per_hour = cost.blended_per_hour(price_key, fraction, prices=table)
+    except Exception:  # noqa: BLE001 - ConfigError: a key not in the table
+        per_hour = 0.0
+    learned = counts["size"] + counts["payload"]
+    basis = (f"learned from {history.jobs} earlier job(s) for {learned} of {sum(counts.values())} shards"
+             if learned else "from the manifest")
+    return JobEstimate(total, total / 3600.0 * per_hour * share, per_hour, fraction, share, basis)

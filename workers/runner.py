@@ -1,0 +1,226 @@
+"""Run a definition's argv for one work item: the path for tools that are not Python payload modules.
+
+Steps, all in the work dir W and none through a shell: write the definition's
+``files`` (templates), place the shard's input at ``input.path``, put kept
+checkpoint files back from ``W/ckpt/``, run each ``prepare`` argv, then the
+``command`` (under the launcher; with ``checkpoint.resume`` appended when a
+checkpoint file is there), supervised by the same loop as the Python payloads
+(``workers.launch``): lease ticks, the definition's stop signal and grace on a
+stop request. Then the checkpoint files are copied to ``W/ckpt/`` (the agent
+stages them out), and on success the post-steps run, artifacts are copied to
+``W/out/`` and metrics are read (JSON files, named regexes over the tool's log
+and each post-step's output).
+
+How an attempt ends: exit 0 is success; a code in ``exit_codes.preempted`` is a
+preemption; when the runner itself stopped the tool, any exit with a checkpoint
+file present is a preemption too (GROMACS exits 1 after writing its checkpoint on
+SIGTERM); a code in ``exit_codes.bad_input`` is permanent; anything else fails.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from upwell.errors import InputRejected
+from upwell.messages import WorkItem
+from upwell.payloads import params as payload_params
+from upwell.payloads.argv import command_argv, values_for
+from upwell.payloads.definition import Definition, render
+from upwell.payloads.validate import Loaded
+from workers import launch
+
+STEP_TIMEOUT_S = 600.0
+
+
+def _matches(workdir: Path, patterns: list[str]) -> list[Path]:
+    found: dict[Path, None] = {}
+    for pattern in patterns:
+        for name in sorted(glob.glob(pattern, root_dir=workdir, recursive=True)):
+            path = workdir / name
+            if path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(workdir):
+                found[path] = None
+    return list(found)
+
+
+def _restore_checkpoint(d: Definition, workdir: Path) -> bool:
+    """Copy kept checkpoint files from W/ckpt back to their places; True when one is there."""
+    ckpt = workdir / "ckpt"
+    for path in sorted(p for p in ckpt.rglob("*") if p.is_file() and not p.is_symlink()):
+        dest = workdir / path.relative_to(ckpt)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+    return bool(_matches(ckpt, d.checkpoint.files))  # what an earlier attempt kept, not what the files wrote
+
+
+def _keep_checkpoint(d: Definition, workdir: Path) -> int:
+    files = _matches(workdir, d.checkpoint.files)
+    for path in files:
+        dest = workdir / "ckpt" / path.relative_to(workdir)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest.with_name(dest.name + ".tmp"))
+        os.replace(dest.with_name(dest.name + ".tmp"), dest)
+    return len(files)
+
+
+def _env(d: Definition, item: WorkItem) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(d.resources.cpus))
+    env.update(d.env)
+    if d.launcher.kind == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "") -> tuple[int, str]:
+    """Run one prepare or post step to its end; (exit code, its output), also appended to payload.log."""
+    try:
+        done = subprocess.run(argv, cwd=workdir, env=env, input=stdin.encode(), capture_output=True,
+                              timeout=STEP_TIMEOUT_S, start_new_session=True)
+        code, text = done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+    except FileNotFoundError:
+        code, text = 127, f"{argv[0]}: not found on PATH\n"
+    except subprocess.TimeoutExpired:
+        code, text = 124, f"{argv[0]}: timed out after {STEP_TIMEOUT_S:.0f} s\n"
+    with open(workdir / "payload.log", "a", encoding="utf-8") as fh:
+        fh.write(f"$ {' '.join(argv)}\n{text}")
+    return code, text
+
+
+def _regex_metrics(patterns: dict[str, str], text: str) -> dict[str, Any]:
+    """Each named regex's last match: group 'value' if named, else group 1, as a number when it is one."""
+    out: dict[str, Any] = {}
+    for name, pattern in patterns.items():
+        matches = list(re.finditer(pattern, text, re.MULTILINE))
+        if not matches:
+            continue
+        m = matches[-1]
+        raw = m.group("value") if "value" in m.re.groupindex else m.group(1 if m.re.groups else 0)
+        try:
+            out[name] = float(raw)
+        except (TypeError, ValueError):
+            out[name] = raw
+    return out
+
+
+def _json_metrics(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _status(d: Definition, code: int | None, outcome, kept: int) -> str:
+    if outcome.timed_out:
+        return "failed"
+    if code in d.exit_codes.preempted or (outcome.stopped and kept):
+        return "preempted"
+    return "succeeded" if code == 0 and not outcome.stopped else "failed"
+
+
+def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path: Path | None = None,
+                   resume_dir: Path | None = None, stop: threading.Event | None = None,
+                   on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
+                   tick_s: float = launch.TICK_S) -> launch.LaunchResult:
+    """Run one attempt of ``item`` with definition ``loaded``; InputRejected for bad params or input."""
+    d = loaded.definition
+    workdir = Path(workdir).resolve()
+    params = payload_params.validate(d, item.params)
+    if d.input.required and input_path is None:
+        raise InputRejected(f"payload {d.name!r} needs an input file", field="input_blob")
+    launch.prepare_workdir(item, workdir, params=params, input_path=input_path, resume_dir=resume_dir,
+                           launcher=d.launcher.kind)
+    values = values_for(d, item, workdir, params)
+    _write_inputs(d, workdir, values, input_path)
+    resumed = _restore_checkpoint(d, workdir)
+    started, env = time.monotonic(), _env(d, item)
+    for argv in d.prepare:
+        code, text = _step([render(a, values) for a in argv], workdir, env)
+        if code != 0:
+            return _result(loaded, workdir, "failed", code, text[-launch.TAIL_BYTES:], started, resumed,
+                           permanent=code in d.exit_codes.bad_input)
+    if stop is not None and stop.is_set():
+        return _result(loaded, workdir, "preempted", None, "", started, resumed)
+    argv = command_argv(d, values, resume=resumed)
+    try:
+        proc, streams = launch._start(argv, workdir, env)
+    except FileNotFoundError:
+        return _result(loaded, workdir, "failed", 127, f"{argv[0]}: not found on PATH", started, resumed)
+    outcome = launch._supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
+                                grace_s=d.checkpoint.grace_s, stop_signal=signal.Signals[d.checkpoint.signal])
+    streams.join()
+    kept = _keep_checkpoint(d, workdir)
+    status = _status(d, proc.returncode, outcome, kept)
+    tail = streams.tail()
+    if status == "succeeded":
+        failed = _post(d, workdir, values, env)
+        if failed:
+            status, tail = "failed", failed
+    return _result(loaded, workdir, status, proc.returncode, tail, started, resumed, checkpoints=kept,
+                   timed_out=outcome.timed_out, permanent=proc.returncode in d.exit_codes.bad_input)
+
+
+def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_path: Path | None) -> None:
+    for name, template in d.files.items():
+        path = workdir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(template, values))
+    if input_path is not None:
+        dest = workdir / d.input.path
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if Path(input_path).resolve() != dest.resolve():
+            shutil.copy2(input_path, dest)
+
+
+def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, str]) -> str:
+    """Run the post-steps, collecting metrics into W/out/metrics.json; the failing step's output, or ''."""
+    metrics = _json_metrics(workdir / d.outputs.metrics_json) if d.outputs.metrics_json else {}
+    log_text = (workdir / "payload.log").read_text(errors="replace")
+    metrics.update(_regex_metrics(d.outputs.metrics_regex, log_text))
+    for step in d.outputs.post:
+        code, text = _step([render(a, values) for a in step.command], workdir, env, render(step.stdin, values))
+        if code != 0:
+            return f"post-step {step.command[0]} exited {code}:\n{text[-launch.TAIL_BYTES:]}"
+        if step.metrics_json:
+            metrics.update(_json_metrics(workdir / step.metrics_json))
+        metrics.update(_regex_metrics(step.metrics_regex, text))
+    out = workdir / "out"
+    for path in _matches(workdir, d.outputs.artifacts):
+        if not path.is_relative_to(out):
+            shutil.copy2(path, out / path.name)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    return ""
+
+
+def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: str, started: float,
+            resumed: bool, *, checkpoints: int = 0, timed_out: bool = False,
+            permanent: bool = False) -> launch.LaunchResult:
+    out = workdir / "out"
+    artifacts = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "metrics.json")
+    log_path = workdir / "payload.log"
+    return launch.LaunchResult(
+        status=status, exit_code=code, metrics=_json_metrics(out / "metrics.json") if status == "succeeded" else {},
+        artifacts=artifacts, checkpoint_dir=workdir / "ckpt", checkpoints=checkpoints,
+        resumed_from="checkpoint" if resumed else None, stderr_tail=tail, run_s=round(time.monotonic() - started, 3),
+        log_path=log_path if log_path.exists() else None, timed_out=timed_out,
+        permanent=permanent and status == "failed", definition=provenance(loaded))
+
+
+def provenance(loaded: Loaded) -> dict[str, Any]:
+    """What a result records of the definition that produced it."""
+    d = loaded.definition
+    return {"name": d.name, "version": d.version, "sha256": loaded.sha256, "image": d.image,
+            "image_digest": d.digest, "builtin": loaded.builtin,
+            "report": d.report.model_dump(exclude_defaults=True)}
