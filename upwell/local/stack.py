@@ -79,10 +79,10 @@ class LocalStack:
         ``up`` and ``demo`` say ready only after it. False when the devhost exited or time ran out."""
         import time
 
-        from upwell.local.devhost.config import Settings as HostSettings
+        from upwell.local.devhost.config import AppSettings
         from upwell.local.devhost.host import default_host_id
 
-        host_id = default_host_id(HostSettings(self.env))
+        host_id = default_host_id(AppSettings(self.env))
         wanted = {f"{host_id}/blob-{fn}.json" for fn in ("ingest", "collect")}
         container = self.storage.container(names.LOCAL_EVENTGRID_STATE)
         deadline = time.monotonic() + timeout
