@@ -47,14 +47,14 @@ demo: install
 test: install iac-install gromacs
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install iac-install
 	$(BIN)/python -m pytest -q -m "not faults and not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
 
 bench: install
-	$(BIN)/python bench/run_all.py
+	@$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf .upwell .pytest_cache .ruff_cache

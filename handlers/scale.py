@@ -9,6 +9,7 @@ import azure.functions as func
 from handlers import context
 from upwell import logs
 from upwell.errors import UpwellError
+from upwell.ingest.ingestor import recheck_waiting
 from upwell.results.publish import reconcile
 from upwell.scale.autoscaler import Autoscaler
 
@@ -38,3 +39,7 @@ def scale(timer: func.TimerRequest) -> None:
         reconcile(context.storage())
     except UpwellError as exc:  # a periodic loop logs and goes on
         log.warning("handlers.reconcile_failed", error=str(exc)[:300], code=exc.code)
+    try:
+        recheck_waiting(context.storage(), context.settings())
+    except UpwellError as exc:
+        log.warning("handlers.recheck_waiting_failed", error=str(exc)[:300], code=exc.code)

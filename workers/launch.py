@@ -126,7 +126,7 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
     started = time.monotonic()
     forkable = spec.launcher == "python" or (spec.launcher == "torchrun" and max(1, int(item.ranks)) == 1)
     proc, streams = _start(command, workdir, child_env(spec, item), warm_ok=forkable,
-                           shield_mpiexec=_shield_mpiexec(spec))
+                           shield_mpiexec=_shield_mpiexec(spec.launcher))
     outcome = _supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                          grace_s=grace_s, stop_signal=stop_signal_for(spec, item))
     streams.join()
@@ -261,12 +261,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def _shield_mpiexec(spec: registry.PayloadSpec) -> bool:
+def _shield_mpiexec(launcher: str) -> bool:
     """Inside a Slurm job, Slurm signals every process of the step (scancel, preemption, a node taken
     away), mpiexec included, and mpiexec kills its ranks within a second of SIGTERM: before they can
     checkpoint. So there mpiexec starts with SIGTERM blocked; the ranks (Open MPI unblocks signals in
     them) still get Slurm's SIGTERM, checkpoint and exit 75; SIGKILL after KillWait still ends all."""
-    return spec.launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
+    return launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
 
 
 def _shielded_child() -> None:

@@ -15,6 +15,7 @@ import tempfile
 import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -124,12 +125,13 @@ class Ingestor:
             check_name(name)
             if is_manifest_input(name) and not is_manifest(name):
                 bound.info("ingest.input_for_manifest")
+                self._wake_waiting(name)
                 return Outcome(job_id, "skipped", message="input of a manifest")
             if props.size > self.settings.max_upload_bytes:
                 raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                     field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
             existing = self.ledger.job(job_id)
-            if existing and existing.status != JobState.INGESTING:
+            if existing and existing.status not in (JobState.INGESTING, JobState.WAITING):
                 bound.info("ingest.duplicate", status=existing.status.value)
                 return Outcome(job_id, "duplicate", existing.shards_total)
             try:
@@ -157,6 +159,9 @@ class Ingestor:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
         job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
+        missing = [ref for ref in m.data if not self._data_exists(name, ref)]
+        if missing:
+            return self._wait_for_data(job, props, m, missing, bound)
         if m.data:
             shards = list(self._shard_data_refs(job_id, name, m, spec))
         else:
@@ -172,6 +177,53 @@ class Ingestor:
         if "resources" in m.model_fields_set:
             return m.resources
         return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
+
+    # -- a manifest that came before its data ------------------------------------------
+    @staticmethod
+    def _data_path(manifest_name: str, ref: str) -> str:
+        folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
+        return ref if ref.startswith(f"{names.INCOMING}/") else f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
+
+    def _data_exists(self, manifest_name: str, ref: str) -> bool:
+        try:
+            check_name(ref)
+        except InputRejected:
+            return True  # named wrongly: sharding rejects it with the field; waiting would not help
+        return self.storage.exists(self._data_path(manifest_name, ref))
+
+    def _wait_for_data(self, job: dict, props, m: manifests.Manifest, missing: list[str], bound) -> Outcome:
+        """Storage Explorer drops a folder in no set order: keep the job "waiting" until its data blobs are
+        in (each arrival, and the timer, ingest the manifest again), for data_wait_s after the upload."""
+        waited = (datetime.now(UTC) - props.last_modified).total_seconds() if props.last_modified else 0.0
+        grace = self.settings.data_wait_s
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        if waited >= grace:
+            i = m.data.index(missing[0])
+            where = self._data_path(job["source_blob"][len(names.INCOMING) + 1:], missing[0])
+            raise InputRejected(f"data blob {where} does not exist (missing: {shown}; waited {waited:.0f} s, "
+                                f"the limit is {grace} s)", field=f"data[{i}]", limit=f"data_wait_s={grace}")
+        until = (props.last_modified + timedelta(seconds=grace)).isoformat(timespec="seconds").replace("+00:00", "Z")
+        message = (f"waiting for data blobs: {shown} ({len(m.data) - len(missing)} of {len(m.data)} present); "
+                   f"gives up at {until}")
+        row = {**job, "status": JobState.WAITING.value, "message": message, "wait_until": until, "shards_total": 0}
+        _, created = self.ledger.create_job(JobRow.from_entity(row))
+        if not created:
+            self.ledger.update_job(job["job_id"], message=message, wait_until=until)
+        bound.info("ingest.waiting_for_data", missing=len(missing), until=until)
+        return Outcome(job["job_id"], "waiting", message=message)
+
+    def _wake_waiting(self, data_name: str) -> None:
+        """A data blob arrived: ingest again each waiting manifest in the folder that holds its data/."""
+        folder = f"/{data_name}".rsplit(f"/{INPUT_FOLDER}/", 1)[0].lstrip("/")
+        prefix = f"{folder}/" if folder else ""
+        for blob in self.storage.list(names.INCOMING, prefix):
+            rest = blob.name[len(prefix):]
+            if "/" in rest or not is_manifest(blob.name):
+                continue
+            etag = blob.etag if str(blob.etag).startswith('"') else f'"{blob.etag}"'
+            found = self.ledger.job(job_id_for(blob.name, etag))
+            if found is not None and found.status == JobState.WAITING:
+                self.ingest(blob.name)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
@@ -346,7 +398,10 @@ class Ingestor:
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        self.ledger.create_job(JobRow.from_entity(job))
+        _, created = self.ledger.create_job(JobRow.from_entity(job))
+        if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
+            fields = {k: v for k, v in job.items() if k not in ("status", "job_id")}
+            self.ledger.update_job(job_id, **fields, message="")
         now = now_iso()
         self.ledger.add_shards(job_id, [
             ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
@@ -400,6 +455,22 @@ class Ingestor:
             src.delete_blob(etag=etag, match_condition=_if_match())
         except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
+
+
+def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None = None) -> list[str]:
+    """The timer's part: ingest every waiting manifest again (it goes on, waits on, or is rejected when its
+    grace is over). A manifest removed meanwhile ends its job as rejected."""
+    ledger = ledger or Ledger(storage)
+    ingestor = Ingestor(storage, settings, ledger)
+    seen = []
+    for job in ledger.jobs(JobState.WAITING):
+        source = job.source_blob
+        out = ingestor.ingest(source[len(names.INCOMING) + 1:]) if source.startswith(f"{names.INCOMING}/") else None
+        if out is None or out.status == "skipped":
+            ledger.update_job(job.job_id, status=JobState.REJECTED,
+                              message="the manifest was removed while it waited for its data")
+        seen.append(job.job_id)
+    return seen
 
 
 def _if_match():

@@ -219,6 +219,26 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (nested models followed; None past a dict)."""
+    for part in loc[:-1]:
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        nested = getattr(info, "annotation", None)
+        if not (isinstance(nested, type) and issubclass(nested, BaseModel)):
+            return None
+        model = nested
+    return model
+
+
+def hint(model: type[BaseModel] | None, err: dict) -> str:
+    """'; did you mean budget_usd?' for a misspelt field (an unknown key close to a known one), else ''."""
+    if err.get("type") != "extra_forbidden" or model is None or not err.get("loc"):
+        return ""
+    from upwell.payloads.params import did_you_mean
+
+    return did_you_mean(str(err["loc"][-1]), list(model.model_fields))
+
+
 def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str] | None = None):
     """``payloads``: the registered definitions' names (built-ins only when None)."""
     try:
@@ -227,7 +247,8 @@ def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str]
         err = exc.errors()[0]
         where = _loc(err["loc"]) or "document"
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise InputRejected(f"{source}: {where}: {err['msg']}{more}", field=where, source=source) from None
+        tip = hint(_model_at(model, err["loc"]), err)
+        raise InputRejected(f"{source}: {where}: {err['msg']}{tip}{more}", field=where, source=source) from None
 
 
 def load_manifest(data: bytes, source: str, payloads: list[str] | None = None) -> Manifest:
