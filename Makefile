@@ -13,9 +13,20 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install kernels demo test test-fast lint bench clean
 
-install: $(STAMP) $(NODE_STAMP)
+install: $(STAMP) $(NODE_STAMP) kernels
+
+# The heat-mpi fused update (workers/payloads/heat_kernel.c), loaded with ctypes. No fused
+# multiply-add and no fast-math: the field stays bit-identical to the numpy strips.
+CC      ?= cc
+KERNEL_CFLAGS ?= -O3 -march=native
+KERNEL_SO := workers/payloads/_heat_kernel.so
+kernels: $(KERNEL_SO)
+
+$(KERNEL_SO): workers/payloads/heat_kernel.c
+	@command -v $(CC) >/dev/null || { echo "no C compiler: apt-get install gcc (or set CC)"; exit 1; }
+	$(CC) $(KERNEL_CFLAGS) -ffp-contract=off -fno-fast-math -shared -fPIC -o $@ $<
 
 $(STAMP): requirements.txt requirements-worker.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,7 +47,7 @@ demo: install
 test: install iac-install gromacs
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install iac-install
 	$(BIN)/python -m pytest -q -m "not faults and not slow" $(PYTEST_ARGS)
 
 lint: install

@@ -22,7 +22,7 @@ import numpy as np
 
 from upwell.messages import WorkItem
 from workers.launch import run_payload
-from workers.payloads.heat import make_scratch, stencil
+from workers.payloads.heat import kernel_name, make_scratch, stencil, stencil_numpy
 
 
 def best_of(repeat: int, fn) -> float:
@@ -50,6 +50,10 @@ def bandwidth(n: int, steps: int, repeat: int) -> dict:
         for _ in range(steps):
             stencil(u, v, 0.2, 0.2, scratch)
 
+    def run_strips() -> None:
+        for _ in range(steps):
+            stencil_numpy(u, v, 0.2, 0.2, scratch)
+
     def run_naive() -> None:
         for _ in range(steps):
             naive(u, v, 0.2, 0.2)
@@ -59,8 +63,10 @@ def bandwidth(n: int, steps: int, repeat: int) -> dict:
             np.copyto(b, a)
 
     gbs = {name: moved / best_of(repeat, fn) / 1e9
-           for name, fn in (("copy", run_copy), ("stencil", run_stencil), ("naive", run_naive))}
-    return {"n": n, "steps": steps, "copy_GBps": gbs["copy"], "stencil_GBps": gbs["stencil"],
+           for name, fn in (("copy", run_copy), ("stencil", run_stencil), ("strips", run_strips),
+                            ("naive", run_naive))}
+    return {"n": n, "steps": steps, "kernel": kernel_name(), "copy_GBps": gbs["copy"], "stencil_GBps": gbs["stencil"],
+            "numpy_strips_GBps": gbs["strips"], "strips_over_copy": gbs["strips"] / gbs["copy"],
             "naive_GBps": gbs["naive"], "stencil_over_copy": gbs["stencil"] / gbs["copy"],
             "naive_over_copy": gbs["naive"] / gbs["copy"]}
 
@@ -102,7 +108,8 @@ def main() -> None:
     args = parser.parse_args()
     bw = bandwidth(args.n, args.steps, args.repeat)
     print(f"bandwidth  {bw['n']}x{bw['n']}, {bw['steps']} steps: copy {bw['copy_GBps']:.2f} GB/s, "
-          f"stencil {bw['stencil_GBps']:.2f} GB/s, whole-array numpy {bw['naive_GBps']:.2f} GB/s")
+          f"stencil ({bw['kernel']}) {bw['stencil_GBps']:.2f} GB/s, numpy strips {bw['numpy_strips_GBps']:.2f} GB/s, "
+          f"whole-array numpy {bw['naive_GBps']:.2f} GB/s")
     print(f"ratio      stencil / numpy copy = {bw['stencil_over_copy']:.3f}   "
           f"(whole-array numpy / copy = {bw['naive_over_copy']:.3f})")
     rk = ranks(args.mpi_nx, args.mpi_steps)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
+import os
 import sys
 import tempfile
 import time
@@ -46,18 +48,51 @@ def _exists(q) -> bool:
         return False
 
 
-def pipeline(store: Storage, n: int) -> float:
+class CallCounter:
+    """Counts HTTP requests to storage made in this process (ingest, the agent, collect), by URL path kind."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+
+    def __enter__(self) -> CallCounter:
+        from requests.adapters import HTTPAdapter
+
+        self._send = HTTPAdapter.send
+        counter = self
+
+        def send(adapter, request, *args, **kwargs):
+            path = request.url.split("?", 1)[0]
+            kind = "queue" if "/messages" in path or "/work-" in path else (
+                "table" if "/jobs" in path or "/Tables" in path or "$batch" in path else "blob")
+            counter.calls[kind] = counter.calls.get(kind, 0) + 1
+            return counter._send(adapter, request, *args, **kwargs)
+
+        HTTPAdapter.send = send
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from requests.adapters import HTTPAdapter
+
+        HTTPAdapter.send = self._send
+
+    @property
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+
+def pipeline(store: Storage, n: int, counter: CallCounter | None = None) -> float:
     grid = ", ".join(f"{3.0 + i / (10 * n):.6f}" for i in range(n))
     name = f"bench/{time.time_ns()}/job.yaml"
     store.blob(names.INCOMING, name).upload_blob(
         f"payload: logistic\nparams: {{steps: 50, burn_in: 10}}\ngrid: {{r: [{grid}]}}\n".encode())
     t = time.perf_counter()
-    out = Ingestor(store, Settings()).ingest(name)
-    agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=0.01, poll_s=0.01), Settings())
-    agent.run()
-    for blob in list(store.list(names.RESULTS, f"{out.job_id}/")):
-        if blob.name.count("/") == 1:
-            collect(store, blob.name)
+    with counter or CallCounter():
+        out = Ingestor(store, Settings()).ingest(name)
+        agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=0.01, poll_s=0.01), Settings())
+        agent.run()
+        for blob in list(store.list(names.RESULTS, f"{out.job_id}/")):
+            if blob.name.count("/") == 1:
+                collect(store, blob.name)
     elapsed = time.perf_counter() - t
     assert agent.processed == n, agent.processed
     return n / elapsed
@@ -89,16 +124,31 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--items", type=int, default=60)
     p.add_argument("--mb", type=int, default=16)
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--cold", action="store_true", help="start each payload as a fresh interpreter (no warm runner)")
     args = p.parse_args()
+    # As upwell up runs the local pool: Python payloads forked from the warm runner (workers/forkserver.py).
+    os.environ["UPWELL_WARM_RUNNER"] = "0" if args.cold else "1"
     with azurite.start_on_free_ports(Path(tempfile.mkdtemp()), in_memory=True) as az:
         store = Storage(az.connection_string)
         store.ensure()
         base = bare_queue(store, args.items)
-        pipe = pipeline(store, args.items)
+        counter = CallCounter()
+        pipe = pipeline(store, args.items, counter)
         ing, plain = ingest_bandwidth(store, args.mb)
     print(f"pipeline  {pipe:8.2f} items/s  vs bare Azurite send+receive+delete {base:8.2f} msg/s  "
           f"ratio {pipe / base:.3f}")
+    kinds = ", ".join(f"{k} {v / args.items:.1f}" for k, v in sorted(counter.calls.items()))
+    print(f"storage   {counter.total / args.items:.1f} calls per item ({kinds})")
     print(f"ingest    {ing:8.2f} MB/s     vs plain blob read {plain:8.2f} MB/s  ratio {ing / plain:.3f}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({
+            "pipeline": {"items": args.items, "warm_runner": not args.cold, "items_per_s": pipe,
+                         "bare_msg_per_s": base, "ratio": pipe / base,
+                         "storage_calls_per_item": counter.total / args.items,
+                         "storage_calls": counter.calls},
+            "ingest": {"mb": args.mb, "mb_per_s": ing, "plain_mb_per_s": plain, "ratio": ing / plain}}, indent=1))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ def ratios(seeds: int) -> dict:
     for name in sim.DEFAULT_TRACES:
         trace = sim.load_trace(name)
         per = {b: {"cxm": [], "cost": [], "makespan": []} for b in BASELINES}
+        bound: dict[str, list[float]] = {p: [] for p in ("upwell", *BASELINES)}
         for seed in range(seeds):
             rs = {r.policy: r for r in sim.compare([trace], seed)[trace.name]}
             up = rs["upwell"]
@@ -38,7 +39,10 @@ def ratios(seeds: int) -> dict:
                 per[b]["cxm"].append(up.cost_x_makespan / rs[b].cost_x_makespan)
                 per[b]["cost"].append(up.cost_usd / rs[b].cost_usd)
                 per[b]["makespan"].append(up.makespan_min / rs[b].makespan_min)
-        out[trace.name] = per
+            floor = sim.lower_bound(trace, seed).cost_x_makespan
+            for p in bound:
+                bound[p].append(rs[p].cost_x_makespan / floor)
+        out[trace.name] = {"vs": per, "bound": bound}
     return out
 
 
@@ -67,16 +71,22 @@ def main() -> None:
     elapsed = time.perf_counter() - t0
     print(f"upwell / baseline over seeds 0..{args.seeds - 1} (median [min-max]); below 1 is better for upwell")
     print(f"{'trace':16s} {'baseline':14s} {'cost x makespan':>24s} {'cost':>22s} {'makespan':>22s}")
-    for trace, per in table.items():
-        for b, m in per.items():
+    for trace, both in table.items():
+        for b, m in both["vs"].items():
             cells = [f"{statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]" for v in m.values()]
             print(f"{trace:16s} {b:14s} {cells[0]:>24s} {cells[1]:>22s} {cells[2]:>22s}")
+    print("each policy / the clairvoyant lower bound (median [min-max]; 1 would be perfect)")
+    for trace, both in table.items():
+        print(f"{trace:16s} " + "  ".join(f"{p} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]"
+                                          for p, v in both["bound"].items()))
     fast, bare = decide_rate()
     print(f"simulation: {3 * len(BASELINES) + 3} runs x {args.seeds} seeds in {elapsed:.1f} s")
     print(f"decide(): {fast:,.0f}/s; bare target(): {bare:,.0f}/s; ratio {fast / bare:.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"ratios": table, "decide_per_s": fast, "target_per_s": bare}, indent=2))
+        args.json.write_text(json.dumps({"ratios": {t: b["vs"] for t, b in table.items()},
+                                         "clairvoyant": {t: b["bound"] for t, b in table.items()},
+                                         "decide_per_s": fast, "target_per_s": bare}, indent=2))
 
 
 if __name__ == "__main__":

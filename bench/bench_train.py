@@ -1,9 +1,10 @@
 """Training throughput through the payload launcher against a bare PyTorch loop, same run; prints ratios.
 
 The payload (``train-torch`` via ``workers.launch.run_payload``: its own process, a
-checkpoint of model, optimizer and RNG states every epoch, an evaluation per epoch,
-a stop-flag check per step) and a bare in-process loop train the same model on the
-same data with the same batches and thread count. Three ratios:
+checkpoint of model, optimizer and RNG states every epoch written in the background,
+an evaluation after the last epoch (``eval_every``), a stop-flag check per step) and a
+bare in-process loop train the same model on the same data with the same batches and
+thread count. Three ratios:
 
 - step:  samples/s over optimizer steps only (the payload's ``samples_per_second``);
 - loop:  samples/s over the whole epoch loop, so checkpoints and evaluation count;
@@ -75,8 +76,10 @@ def main() -> None:
     threads = max(1, os.cpu_count() or 1)  # what the launcher gives a one-rank payload
     torch.set_num_threads(threads)
     p = TrainParams(epochs=args.epochs, arch=args.arch, batch_size=args.batch_size)
-    runs_b = [bare(p) for _ in range(args.repeat)]
-    runs_p = [payload(p) for _ in range(args.repeat)]
+    runs_b, runs_p = [], []
+    for _ in range(args.repeat):  # interleaved, so a busy moment on a shared machine hits both alike
+        runs_b.append(bare(p))
+        runs_p.append(payload(p))
     b = {k: max(r[k] for r in runs_b) for k in ("step", "loop")}
     q = {k: max(r[k] for r in runs_p) for k in ("step", "loop", "wall")}
     last = runs_p[-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import azure.functions as func
 
 from handlers import context
+from handlers.scale import nudge
 from upwell import names
 from upwell.ingest.ingestor import Ingestor
 
@@ -17,4 +18,6 @@ bp = func.Blueprint()
 def ingest(blob: func.InputStream) -> None:
     name = context.blob_name(blob.name, names.INCOMING)
     # Bad input is quarantined inside; transient storage errors raise, so the host retries.
-    context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))
+    out = context.settle("ingest", lambda: Ingestor(context.storage(), context.settings()).ingest(name))
+    if out is not None and out.status == "accepted" and context.settings().scale_on_ingest:
+        nudge()  # dispatch need not wait for the scale timer's next tick

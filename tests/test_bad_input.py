@@ -36,7 +36,7 @@ from upwell.storage import Storage
 
 pytestmark = pytest.mark.integration
 RUN = uuid.uuid4().hex[:6]  # a fresh prefix per session: the session Azurite is shared
-LIMITS = {"max_upload_bytes": 2 << 20, "max_shards": 50}
+LIMITS = {"max_upload_bytes": 2 << 20, "max_shards": 50, "data_wait_s": 0}
 RULE = {"name": "bad-input corpus", "match": f"bad-{RUN}/*csv/*", "columns": {"time": "float", "a": "int", "b": "str"},
         "shard": {"rows": 2}, "payload": "channel-stats", "params": {"time_column": "time"}}
 CSV = b"time,a,b\n0.1,1,x\n0.2,2,y\n0.3,3,z\n"
@@ -163,7 +163,8 @@ CORPUS = [
     Case("manifest-data-absolute", "m/abs/job.yaml", _manifest(payload="channel-stats", grid={}, data=["/etc/passwd"]),
          "data[0]", "absolute path"),
     Case("manifest-data-missing", "m/missing/job.yaml", _manifest(payload="channel-stats", grid={},
-                                                                  data=["nowhere.csv"]), "data", "does not exist"),
+                                                                  data=["nowhere.csv"]), "data[0]", "does not exist",
+         limit="data_wait_s=0"),
     # hostile names (the Azure SDK resolves '.' and '..' in URLs, so these are uploaded raw)
     Case("name-dotdot", "names/../escape.csv", CSV, "name", "contains '..'", raw=True),
     Case("name-dot", "names/./dot.csv", CSV, "name", "'.' path segment", raw=True),

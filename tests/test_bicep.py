@@ -178,6 +178,16 @@ def test_storage_module_has_soft_delete_and_no_keys(trees):
     assert blob["containerDeleteRetentionPolicy"]["enabled"] is True
 
 
+def test_lifecycle_rules_expire_results_shards_and_checkpoints(trees):
+    storage = trees["bicep/modules/storage.bicep"]
+    policy = storage["resources"]["lifecycle"]
+    assert policy["type"] == "Microsoft.Storage/storageAccounts/managementPolicies"
+    days = storage["parameters"]["expireAfterDays"]["default"]
+    assert set(days) == {"results", "shards", "checkpoints"} and all(int(v) > 0 for v in days.values())
+    text = (ROOT / "bicep/modules/storage.bicep").read_text()
+    assert "prefixMatch" in text and "daysAfterModificationGreaterThan: c.value" in text
+
+
 def test_flex_consumption_function_app(trees):
     fa = trees["bicep/modules/functionapp.bicep"]["resources"]
     assert fa["plan"]["config"]["sku"] == {"name": "FC1", "tier": "FlexConsumption"}

@@ -173,3 +173,32 @@ def test_whole_files_reach_the_tool_unchanged(azurite, tmp_path, monkeypatch):
                                             definitions=Registry(store)).metrics["records"]
     assert [store.read(i.input_blob).decode() for i in sorted(items, key=lambda i: i.shard_id)] == list(files.values())
     assert counts == {"s00000": 2, "s00001": 1}
+
+
+def test_no_payloads_container_means_built_ins_only(azurite, tmp_path, monkeypatch):
+    """A storage account without the payloads container (an older deployment): ingest still resolves the
+    built-ins, an unknown name is refused by name, and a push says what is missing."""
+    from upwell.errors import InputRejected
+    from upwell.payloads.registry import Registry
+
+    store = Storage(azurite.connection_string)
+    store.ensure()
+    store.blobs.delete_container(names.PAYLOADS)
+    try:
+        registry = Registry(store)
+        assert "gromacs-md" in registry.names() and registry.resolve("gromacs-md").builtin
+        with pytest.raises(InputRejected) as exc:
+            registry.resolve("fasta-count")
+        assert exc.value.field == "payload"
+        with pytest.raises(InputRejected) as exc:
+            registry.push(DEFINITION.replace("0.1.0", "9.0.0").encode(), "x.yaml")
+        assert "container does not exist" in exc.value.message
+    finally:
+        import time
+
+        for _ in range(60):  # a container being deleted cannot be re-created for a moment
+            store.ensure()
+            if store.container(names.PAYLOADS).exists():
+                break
+            time.sleep(0.5)
+        assert store.container(names.PAYLOADS).exists()

@@ -44,3 +44,22 @@ def test_errors_name_the_setting(env, text):
     with pytest.raises(ConfigError) as err:
         Settings.from_env(env)
     assert text in str(err.value)
+
+
+def test_local_upwell_pools_changes_the_defaults_it_names_and_keeps_the_others():
+    defaults = Settings.from_env({}).pools
+    pools = Settings.from_env({"UPWELL_POOLS": json.dumps({"cpu": {"max_nodes": 3}})}).pools
+    assert set(pools) == set(defaults) == {"cpu", "mpi", "gpu"}
+    assert pools["cpu"].max_nodes == 3
+    assert pools["cpu"].cooldown_s == defaults["cpu"].cooldown_s == 10.0  # not PoolSpec's 60 s
+    assert pools["cpu"].price_key == defaults["cpu"].price_key
+    assert pools["mpi"] == defaults["mpi"] and pools["gpu"] == defaults["gpu"]
+    assert set(Settings.from_env({"UPWELL_POOLS": json.dumps({"gpu": None, "io": {"max_nodes": 1}})}).pools) == {
+        "cpu", "mpi", "io"}
+    with pytest.raises(ConfigError, match="leaves no pool"):
+        Settings.from_env({"UPWELL_POOLS": json.dumps({"cpu": None, "mpi": None, "gpu": None})})
+
+
+def test_a_cloud_pool_set_is_taken_whole():
+    pools = Settings.from_env({"UPWELL_POOLS": json.dumps({"cpu": {"backend": "batch", "options": {"pool_id": "p"}}})})
+    assert set(pools.pools) == {"cpu"} and pools.pools["cpu"].cooldown_s == 60.0

@@ -203,7 +203,7 @@ def test_scale_in_cancels_pending_then_drains_idle_and_never_touches_busy():
     busy = {"slurm-mpi-2"}
     status = pool.status(busy=busy)
     assert status.alive == 4 and status.idle == 2 and status.count(NodeState.RUNNING) == 1
-    assert "slurm-5" not in status.nodes
+    assert "slurm-mpi-5" not in status.nodes and status.nodes["slurm-mpi-2"] is NodeState.RUNNING
     pool.scale_to(0, busy=busy)
     assert ["scancel", "4"] in fake.calls
     assert ["scancel", "--signal=USR1", "3", "1"] in fake.calls
@@ -231,7 +231,8 @@ def test_slurm_conf_for_a_local_cluster(tmp_path):
     assert "SlurmctldHost=h(127.0.0.1)" in conf
     assert f"StateSaveLocation={tmp_path}/state" in conf
     assert any(line.startswith("NodeName=n2 ") and "Port=7003" in line for line in conf)
-    assert "PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP" in conf
+    assert "PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=20" in conf
+    assert "PreemptType=preempt/partition_prio" in conf
 
 
 def test_rest_job_carries_what_the_sbatch_lines_say():
@@ -266,3 +267,60 @@ def test_parse_rest_jobs_like_squeue():
     ]}
     assert [(j.job_id, j.state, j.nodes, j.reason) for j in build.parse_rest_jobs(doc, spec())] == [
         ("21", "RUNNING", "n1", ""), ("22", "PENDING", "", "Priority")]
+
+
+def test_a_missing_slurm_says_how_to_install_it(monkeypatch):
+    from upwell.local.slurm import SlurmUnavailable, find
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SlurmUnavailable, match=r"make slurm.*apt-get install -y slurm-wlm slurmrestd"):
+        find("sbatch-that-is-not-there")
+
+
+def test_rest_client_sends_the_user_and_the_token_from_its_env_var():
+    """The REST client's request shape against a local server that records it (the JWT path; the real
+    slurmrestd test in test_slurm_pool.py uses local auth)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from upwell.scale.pools.slurm import RestDriver
+
+    seen: list[tuple[str, str, dict, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.command, self.path, dict(self.headers), body))
+            status, doc = (401, {"errors": [{"error": "Authentication failure"}]}) if "nope" in self.path \
+                else (200, {"errors": [], "job_id": 77, "jobs": []})
+            raw = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        do_GET = do_POST = do_DELETE = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rest = RestDriver(f"http://127.0.0.1:{server.server_port}", user="lab", token_env="LAB_JWT",
+                          env={"LAB_JWT": "token-123"})
+        assert rest.submit(spec(partition="hpc"), "#!/bin/bash\n", env={"UPWELL_POOL": "mpi"}) == "77"
+        rest.cancel(["5"], signal="USR1")
+        assert rest.jobs(spec()) == []
+        with pytest.raises(PoolError) as err:
+            rest.call("GET", "/nope")
+        assert err.value.kind is PoolErrorKind.AUTH
+    finally:
+        server.shutdown()
+    (method, path, headers, body), cancel = seen[0], seen[1]
+    assert (method, path) == ("POST", "/slurm/v0.0.38/job/submit")
+    assert headers["X-SLURM-USER-NAME"] == "lab" and headers["X-SLURM-USER-TOKEN"] == "token-123"
+    sent = json.loads(body)
+    assert sent["job"]["partition"] == "hpc" and sent["job"]["environment"] == {"UPWELL_POOL": "mpi"}
+    assert cancel[:2] == ("DELETE", "/slurm/v0.0.38/job/5?signal=USR1")

@@ -76,7 +76,16 @@ def _pool(store: Storage, tmp_path: Path, name: str = "cpu", **options) -> Slurm
                              **options})
     pool = make_pool(spec)
     assert isinstance(pool, SlurmPool)
+    _EARLIER[id(pool)] = {j.job_id for j in pool.jobs()}
     return pool
+
+
+_EARLIER: dict[int, set[str]] = {}  # per pool object: jobs Slurm still lists from earlier tests (MinJobAge)
+
+
+def _ours(pool: SlurmPool) -> list:
+    """The pool's jobs that this test submitted."""
+    return [j for j in pool.jobs() if j.job_id not in _EARLIER[id(pool)]]
 
 
 def _ingest(store: Storage, name: str, manifest: bytes) -> str:
@@ -102,7 +111,7 @@ def test_sample_job_runs_through_the_slurm_pool_to_a_report(store, slurm, azurit
             job = wait_reported(store, job_id, 240)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_job_logs(tmp_path)}\n{slurm.logs()}") from None
-    assert job["status"] == "succeeded", job
+    assert job.status == "succeeded", job
     summary = json.loads(store.read(f"reports/{job_id}/summary.json"))
     assert summary["counts"]["succeeded"] == 12, summary["counts"]
     nodes = {json.loads(store.read(f"results/{job_id}/s{i:05d}.json"))["node"]["id"] for i in range(12)}
@@ -120,20 +129,20 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
                    lambda: f"{pool.status()}\n{_job_logs(tmp_path)}")
     busy_node = ledger.shard(job_id, "s00000").node
     busy_job = busy_node.rsplit("-", 1)[1]
-    idle_job = next(n.split("-")[1] for n, st in status.nodes.items() if st is NodeState.IDLE)
+    idle_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.IDLE)
     _wait(lambda: (tmp_path / "state" / "cpu" / f"{idle_job}.json").exists(), 60, "the idle agent to be up")
 
     pool.scale_to(0)
     after = pool.status()
-    assert after.nodes[f"slurm-{busy_job}"] is NodeState.RUNNING
+    assert after.nodes[busy_node] is NodeState.RUNNING
     assert after.alive == 1, after
     squeue = {j.job_id: j.state for j in pool.jobs()}
     assert squeue[busy_job] == "RUNNING"
     # The pending job is cancelled and the idle agent drains; the busy one is left alone.
-    _wait(lambda: [j.job_id for j in pool.jobs() if j.state not in FINISHED] == [busy_job], 60,
+    _wait(lambda: [j.job_id for j in _ours(pool) if j.state not in FINISHED] == [busy_job], 60,
           "the idle and pending jobs to go", lambda: str(pool.jobs()))
     ended = {j.job_id: j.state for j in pool.jobs()}
-    pending_job = next(n.split("-")[1] for n, st in status.nodes.items() if st is NodeState.PENDING)
+    pending_job = next(n.rsplit("-", 1)[1] for n, st in status.nodes.items() if st is NodeState.PENDING)
     assert ended[pending_job] == "CANCELLED" and ended[idle_job] == "COMPLETED", ended  # drained, not killed
     assert ended[busy_job] == "RUNNING"
 
@@ -145,7 +154,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     assert not shard.preemptions and not shard.failures and shard.attempts == 1
     pool.scale_to(0)  # now idle: it drains too, and the pool is empty
     assert pool.status().alive == 0
-    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the last agent to drain",
+    _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the last agent to drain",
           lambda: str(pool.jobs()))
     assert {j.job_id: j.state for j in pool.jobs()}[busy_job] == "COMPLETED"
 
@@ -158,7 +167,7 @@ def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slur
     pool.scale_to(1)
     _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180,
           "the payload's first checkpoint", lambda: _job_logs(tmp_path))
-    (slurm_job,) = [j.job_id for j in pool.jobs() if j.state == "RUNNING"]
+    (slurm_job,) = [j.job_id for j in _ours(pool) if j.state == "RUNNING"]
     slurm.run("scancel", "--signal=TERM", slurm_job)  # Slurm signals the job's steps: the agent
     _wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "preempted", 60,
           "the preemption", lambda: _job_logs(tmp_path))
@@ -202,11 +211,12 @@ def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # the scaler's loop: keep two agents asked for
             status = pool.status()
-            seen |= set(status.nodes.values())
+            seen |= {st for n, st in status.nodes.items() if n.rsplit("-", 1)[1] not in _EARLIER[id(pool)]}
             if len([r for r in store.list(names.RESULTS, f"{job_id}/") if r.name.count("/") == 1]) == 4:
                 break
             if slurm.node_states().get(victim, "").startswith("down") and NodeState.FAILED in seen:
-                slurm.run("scontrol", "update", f"nodename={victim}", "state=resume")
+                # (ReturnToService=2 may bring it back first: then resume is refused, which is fine)
+                slurm.run("scontrol", "update", f"nodename={victim}", "state=resume", check=False)
             pool.scale_to(2)
             time.sleep(1)
     finally:
@@ -227,7 +237,7 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
                      b"params: {steps: 200, burn_in: 50, sleep_s: 1}\ngrid: {r: [3.2, 3.6]}\n")
     pool = _pool(store, tmp_path, slurmrestd=url, cpus_per_task=2)
     pool.scale_to(2)
-    jobs = pool.jobs()
+    jobs = _ours(pool)
     assert len(jobs) == 2 and {j.state for j in jobs} <= {"PENDING", "CONFIGURING", "RUNNING"}, jobs
     shown = slurm.run("scontrol", "show", "job", jobs[0].job_id)
     assert "JobName=upwell-cpu" in shown and "Comment=upwell-pool=cpu" in shown and "CPUs/Task=2" in shown
@@ -238,5 +248,43 @@ def test_the_pool_through_slurmrestd(store, slurm, tmp_path):
     assert {r["node"]["id"] for r in results} <= {f"slurm-cpu-{j.job_id}" for j in jobs}
     _wait(lambda: pool.status().idle == 2, 60, "both agents idle", lambda: str(pool.status()))
     pool.scale_to(0)
-    _wait(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the agents to drain", lambda: str(pool.jobs()))
-    assert {j.state for j in pool.jobs()} == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed
+    _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the agents to drain", lambda: str(pool.jobs()))
+    ended = {j.state for j in _ours(pool)}
+    assert ended == {"COMPLETED"}, pool.jobs()  # drained through REST, not killed
+
+
+def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_path):
+    """A job in the higher-tier partition preempts the agent (PreemptMode=CANCEL, GraceTime): Slurm's
+    SIGTERM reaches the agent and the ranks, the shard checkpoints, and the next agent resumes."""
+    job_id = _ingest(store, "slurm/preempt/job.yaml", b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
+                     b"params: {nx: 128, t_end: 0.03, checkpoint_every: 100}\ngrid: {alpha: [0.5]}\n")
+    ledger = Ledger(store)
+    pool = _pool(store, tmp_path, name="mpi", cpus_per_task=2)
+    pool.scale_to(1)
+    _wait(lambda: list((tmp_path / "scratch").glob("upwell-*/work/ckpt/progress.json")), 180,
+          "the payload's first checkpoint", lambda: _job_logs(tmp_path))
+    # Every CPU of both nodes, in the partition that preempts ours.
+    urgent = slurm.run("sbatch", "--parsable", "--partition=urgent", "--nodes=2", "--ntasks=2",
+                       "--cpus-per-task=2", f"--output={tmp_path}/urgent-%j.out", "--wrap=sleep 1").strip()
+    _wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "preempted", 60,
+          "the preemption", lambda: f"{pool.jobs()}\n{_job_logs(tmp_path)}")
+    # The agent checkpointed and exited 0 inside GraceTime, so Slurm records COMPLETED, not PREEMPTED
+    # (that state is left for a job the grace ran out on); the ledger holds the preemption.
+    _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the preempted agent to leave",
+          lambda: str(pool.jobs()))
+    assert {j.state for j in _ours(pool)} == {"COMPLETED"}, pool.jobs()
+    logs = _job_logs(tmp_path)
+    assert "agent.preempted" in logs and "agent.stopped_payload_died" not in logs, logs
+    assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"
+    _wait(lambda: "COMPLETED" in slurm.run("scontrol", "show", "job", urgent.split(";")[0], check=False)
+          or not slurm.run("squeue", "--noheader", f"--jobs={urgent}", check=False).strip(), 60, "the urgent job")
+
+    pool.scale_to(1)
+    result = _wait(lambda: store.exists(f"results/{job_id}/s00000.json")
+                   and json.loads(store.read(f"results/{job_id}/s00000.json")), 240, "the resumed result",
+                   lambda: _job_logs(tmp_path))
+    assert result["status"] == "succeeded", result.get("error")
+    assert result["metrics"]["resumed_from_step"] > 0 and result["timings"]["preemptions"] == 1
+    shard = ledger.shard(job_id, "s00000")
+    assert shard.preemptions == 1 and not shard.failures
+    pool.scale_to(0)

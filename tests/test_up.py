@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,12 +26,13 @@ REPO = Path(__file__).resolve().parent.parent
 MANIFEST = b"payload: logistic\nparams: {steps: 300, burn_in: 50}\ngrid: {r: [3.2, 3.6]}\n"
 
 
-def _up(home: Path, ports: list[int]) -> subprocess.Popen:
+def _up(home: Path, ports: list[int], *extra: str, run_dir: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "UPWELL_HOME": str(home), "UPWELL_POOLS": json.dumps(POOLS),
-           "UPWELL_SCALE_SCHEDULE": "*/1 * * * * *", "UPWELL_STATE_DIR": str(home / "pools")}
+           "UPWELL_SCALE_SCHEDULE": "*/1 * * * * *", "UPWELL_STATE_DIR": str(home / "pools"),
+           "UPWELL_RUN_DIR": str(run_dir or home.parent / "run"), "COLUMNS": "200"}
     env.pop("AzureWebJobsStorage", None)
     args = [sys.executable, "-m", "upwell.cli", "up", "--http-port", "0", "--blob-port", str(ports[0]),
-            "--queue-port", str(ports[1]), "--table-port", str(ports[2])]
+            "--queue-port", str(ports[1]), "--table-port", str(ports[2]), *extra]
     return subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
 
@@ -112,3 +114,39 @@ def test_closing_the_terminal_stops_every_child(tmp_path):
     leftovers = subprocess.run(["pgrep", "-f", f"upwell.local.devhost.*{os.getpid()}|--blobPort {ports[0]}"],
                                capture_output=True, text=True).stdout.split()
     assert leftovers == []
+
+
+def test_a_second_up_and_another_checkout_are_told_what_runs(tmp_path):
+    """Two checkouts never share a stack silently: a second `up` of the same checkout says what runs and exits 1;
+    another checkout is refused on the same ports, or moves to free ports with --free-ports. `--workers` shows in
+    the pool table printed at start."""
+    ports = azurite.free_ports(3)
+    first = _up(tmp_path / "a" / ".upwell", ports, "--workers", "cpu=1")
+    try:
+        out = _wait_ready(first)
+        assert re.search(r"cpu\s.*local\s.*0-1\s", out), out
+        again = subprocess.run(_args(first), cwd=REPO, env=_env(first), capture_output=True, text=True, timeout=60)
+        assert again.returncode == 1 and "already runs here" in again.stdout and str(first.pid) in again.stdout, \
+            again.stdout
+        other = _up(tmp_path / "b" / ".upwell", ports, run_dir=tmp_path / "a" / "run")
+        rest = other.communicate(timeout=60)[0].decode()
+        assert other.returncode == 1 and "another checkout" in rest and "--free-ports" in rest, rest
+        moved = _up(tmp_path / "b" / ".upwell", ports, "--free-ports", run_dir=tmp_path / "a" / "run")
+        try:
+            said = _wait_ready(moved)
+            assert "uses free ports" in said and str(tmp_path / "a") in said, said
+        finally:
+            assert "stopped" in _stop(moved)
+        assert azurite.is_running(ports), "the other checkout's Azurite must stay up"
+    finally:
+        _stop(first)
+    assert first.returncode == 0
+
+
+def _args(proc: subprocess.Popen) -> list[str]:
+    return Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def _env(proc: subprocess.Popen) -> dict[str, str]:
+    raw = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    return dict(item.split("=", 1) for item in raw if "=" in item)

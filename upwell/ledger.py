@@ -267,6 +267,72 @@ class Ledger:
 
         self._update_shard(job_id, shard_id, change)
 
+    def shard_cancelled(self, job_id: str, shard_id: str, *, node: str = "", checkpoints: int = 0) -> bool:
+        """Make a shard "cancelled" (its job was cancelled). With ``node``: only while that node runs it."""
+        def change(row: ShardRow):
+            if row.terminal or (node and (row.status != ShardState.RUNNING or row.node != node)):
+                return None
+            fields: dict[str, Any] = {"status": ShardState.CANCELLED.value, "cancelled_at": now_iso()}
+            if row.status == ShardState.RUNNING:
+                fields["history"] = _history(row, "cancelled")
+                fields["checkpoints"] = row.checkpoints + checkpoints
+            return fields
+
+        return self._update_shard(job_id, shard_id, change) is not None
+
+    def reopen_shard(self, job_id: str, shard_id: str) -> ShardState | None:
+        """Put an ended shard back to queued for a re-run; returns the state it had (None: it had not ended)."""
+        was: list[ShardState] = []
+
+        def change(row: ShardRow):
+            if not row.terminal:
+                return None
+            was[:] = [row.status]
+            return {"status": ShardState.QUEUED.value, "attempts": 0, "preemptions": 0, "deferrals": 0,
+                    "failures": 0, "error": "", "stderr_tail": "", "poisoned": False, "released_at": "",
+                    "node": "", "queued_at": now_iso(), "reruns": row.reruns + 1}
+
+        return was[0] if self._update_shard(job_id, shard_id, change) is not None else None
+
+    def change_job(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
+        """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts."""
+        with _funnel(f"update job {job_id}"):
+            for _ in range(_RETRIES):
+                try:
+                    entity = self.table.get_entity(job_id, names.JOB_ROW)
+                except ResourceNotFoundError:
+                    return None
+                fields = change(JobRow.from_entity(entity))
+                if fields is None:
+                    return None
+                fields = {k: v.value if isinstance(v, JobState) else v for k, v in fields.items()}
+                try:
+                    self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields},
+                                             mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
+                                             match_condition=MatchConditions.IfNotModified)
+                    return fields
+                except (ResourceModifiedError, HttpResponseError) as exc:
+                    if not _conflict(exc):
+                        raise
+        raise TransientError(f"job {job_id}: too much contention", code="Contention")
+
+    def delete_job(self, job_id: str) -> int:
+        """Delete the job row and every shard row; returns how many rows went."""
+        with _funnel(f"delete job {job_id}"):
+            rows = list(self.table.query_entities("PartitionKey eq @pk", parameters={"pk": job_id},
+                                                  select=["PartitionKey", "RowKey"]))
+            for start in range(0, len(rows), 100):
+                ops = [("delete", {"PartitionKey": job_id, "RowKey": r["RowKey"]}) for r in rows[start:start + 100]]
+                try:
+                    self.table.submit_transaction(ops)
+                except TableTransactionError:
+                    for _, e in ops:
+                        try:
+                            self.table.delete_entity(e["PartitionKey"], e["RowKey"])
+                        except ResourceNotFoundError:
+                            pass
+        return len(rows)
+
     def finish_shard(self, job_id: str, shard_id: str, status: ShardState | str, fields: dict, *,
                      cost_usd: float = 0.0) -> Completion:
         """Make a shard terminal and count it on the job row, atomically."""

@@ -71,6 +71,9 @@ _configured = False
 def configure(*, pretty: bool | None = None, level: int = logging.INFO) -> None:
     """JSON to stderr by default; readable console output when ``pretty`` (a terminal)."""
     global _configured
+    # UPWELL_LOG_LEVEL (e.g. "error") quiets a whole run, as the benchmarks do.
+    named = logging.getLevelName(os.environ.get("UPWELL_LOG_LEVEL", "").upper())
+    level = named if isinstance(named, int) else level
     if pretty is None:
         fmt = os.environ.get("UPWELL_LOG_FORMAT", "").lower()
         pretty = fmt == "console" or (fmt != "json" and sys.stderr.isatty())

@@ -69,3 +69,7 @@ class TrainParams(Params):
     seed: int = Field(0, ge=0)
     optimizer: str = Field("sgd", pattern="^(sgd|adam)$")
     arch: str = Field("cnn", pattern="^(cnn|mlp)$", description="a small conv net, or a one-hidden-layer MLP")
+    eval_every: int = Field(0, ge=0, le=500, description="evaluate on the test split every N epochs; 0: after "
+                                                          "the last epoch only (the test pass costs ~10% of an epoch)")
+    checkpoint_every: int = Field(1, ge=1, le=500, description="checkpoint every N epochs (and always on a stop "
+                                                               "request); written in the background")

@@ -25,6 +25,8 @@ class JobState(StrEnum):
     PARTIALLY_FAILED = "partially_failed"
     FAILED = "failed"
     REJECTED = "rejected"  # bad input: quarantined, no shards
+    WAITING = "waiting"  # a manifest whose data/ blobs have not all arrived; no shards yet
+    CANCELLED = "cancelled"  # upwell cancel: never dispatched again unless re-run (not terminal: a re-run reopens it)
 
     @property
     def terminal(self) -> bool:
@@ -37,6 +39,7 @@ class ShardState(StrEnum):
     PREEMPTED = "preempted"  # visible again at once; resumes from its checkpoint
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # for good: poisoned, dropped (budget) or unusable input
+    CANCELLED = "cancelled"  # its job was cancelled; a redelivery only acks it
 
     @property
     def terminal(self) -> bool:
@@ -44,7 +47,7 @@ class ShardState(StrEnum):
 
 
 TERMINAL_JOB = frozenset({JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobState.FAILED, JobState.REJECTED})
-TERMINAL_SHARD = frozenset({ShardState.SUCCEEDED, ShardState.FAILED})
+TERMINAL_SHARD = frozenset({ShardState.SUCCEEDED, ShardState.FAILED, ShardState.CANCELLED})
 ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)
 
 
@@ -162,6 +165,7 @@ class JobRow(_Row):
     price_key: str = ""
     spot: bool = False
     ranks: int = 0
+    gpus: int = 0
     max_concurrency: int = 0
     budget_usd: float | None = None
     estimate_node_seconds_per_shard: float = 0.0
@@ -185,6 +189,9 @@ class JobRow(_Row):
     report_blob: str = ""
     report_claimed: float = 0.0
     report_count: int = 0
+    wait_until: str = ""  # a waiting manifest is rejected after this
+    cancelled_at: str = ""
+    reruns: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""  # the server's last-write time
     etag: str = ""
@@ -235,6 +242,8 @@ class ShardRow(_Row):
     error: str = ""
     stderr_tail: str = ""
     history: str = "[]"  # JSON list of earlier attempts: node, started, finished, status
+    cancelled_at: str = ""
+    reruns: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""
     etag: str = ""

@@ -16,17 +16,16 @@ from upwell import names
 from upwell.errors import ConfigError
 from upwell.scale.pools.base import PoolSpec
 
+# Local pools are priced as the VM sizes that bicep/main.bicep deploys by default (cpuVmSize, mpiVmSize,
+# gpuVmSize), so a local report's "the same on Azure" is what the default deployment would cost.
+AZURE_DEFAULT_SIZES = {"cpu": "Standard_D4s_v5", "mpi": "Standard_D32s_v4", "gpu": "Standard_NC24ads_A100_v4"}
+
 
 def _default_pools() -> dict[str, PoolSpec]:
     cores = os.cpu_count() or 2
-    return {
-        "cpu": PoolSpec("cpu", backend="local", max_nodes=cores, price_key="Standard_D2s_v5",
-                        scale_down_votes=2, cooldown_s=10.0),
-        "mpi": PoolSpec("mpi", backend="local", max_nodes=max(1, cores // 2), price_key="Standard_D4s_v5",
-                        scale_down_votes=2, cooldown_s=10.0),
-        "gpu": PoolSpec("gpu", backend="local", max_nodes=1, price_key="Standard_NC6s_v3",
-                        scale_down_votes=2, cooldown_s=10.0),
-    }
+    maxima = {"cpu": cores, "mpi": max(1, cores // 2), "gpu": 1}
+    return {name: PoolSpec(name, backend="local", max_nodes=maxima[name], price_key=AZURE_DEFAULT_SIZES[name],
+                           scale_down_votes=2, cooldown_s=10.0) for name in ("cpu", "mpi", "gpu")}
 
 
 # Account-wide settings that every cloud pool shares unless its own options say otherwise.
@@ -51,6 +50,9 @@ def _with_shared_options(spec: dict, name: str, env: dict[str, str]) -> dict:
 def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolSpec]:
     """Parse UPWELL_POOLS: a JSON object of pool name to PoolSpec fields.
 
+    When every pool named is local, the setting changes the local defaults: a named default pool keeps
+    the fields it does not set (its cooldown, price key ...), the pools it does not name stay, and
+    ``"gpu": null`` removes one. A setting that names any cloud pool is the whole pool set.
     Cloud pools take the account-wide app settings (UPWELL_BATCH_ACCOUNT_URL, UPWELL_SUBSCRIPTION_ID,
     UPWELL_RESOURCE_GROUP, UPWELL_WORKER_IDENTITY_ID, UPWELL_WORKER_IMAGE_CPU/GPU) as option defaults.
     """
@@ -62,17 +64,26 @@ def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolS
     if not isinstance(raw, dict) or not raw:
         raise ConfigError("UPWELL_POOLS must be a non-empty JSON object of pool name -> settings")
     known = {f.name for f in fields(PoolSpec)} - {"name"}
-    pools = {}
+    local_only = all(spec is None or (isinstance(spec, dict) and spec.get("backend", "local") == "local")
+                     for spec in raw.values())
+    pools = _default_pools() if local_only else {}
     for name, spec in raw.items():
+        if spec is None and local_only:
+            pools.pop(name, None)
+            continue
         if not isinstance(spec, dict):
             raise ConfigError(f"UPWELL_POOLS.{name} must be an object")
         unknown = set(spec) - known
         if unknown:
             raise ConfigError(f"UPWELL_POOLS.{name} has unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        inherited = {f.name: getattr(pools[name], f.name) for f in fields(PoolSpec) if f.name != "name"} \
+            if local_only and name in pools else {}
         try:
-            pools[name] = PoolSpec(name=name, **_with_shared_options(spec, name, env))
+            pools[name] = PoolSpec(name=name, **{**inherited, **_with_shared_options(spec, name, env)})
         except TypeError as exc:
             raise ConfigError(f"UPWELL_POOLS.{name}: {exc}") from None
+    if not pools:
+        raise ConfigError("UPWELL_POOLS leaves no pool")
     return pools
 
 
@@ -91,10 +102,14 @@ class Settings:
     registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    # UPWELL_SCALE_ON_INGEST: ingest runs a scale pass once it enqueued work, so dispatch does not wait for
+    # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
+    scale_on_ingest: bool = False
     project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
     # UPWELL_BUDGETS: {"owner": {"ana@lab.org": 50}, "project": {"ocean": 500}}, USD per window
     budgets: dict = field(default_factory=dict)
     budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
+    data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -110,9 +125,9 @@ class Settings:
         for name, var in _INTS:
             if env.get(var):
                 kw[name] = env_int(env, var, 0, minimum=0)
-        for name, var in _TEXTS:
+        for name, var in _TEXTS + _BOOLS:
             if env.get(var):
-                kw[name] = env[var]
+                kw[name] = _PARSE.get(name, _text)(env, var)
         if env.get("UPWELL_IMAGE_ALLOWLIST"):
             kw["image_allowlist"] = tuple(s.strip() for s in env["UPWELL_IMAGE_ALLOWLIST"].split(",") if s.strip())
         if env.get("UPWELL_REGISTRY_ALLOWLIST"):
@@ -150,7 +165,12 @@ def _budgets(text: str) -> dict[str, dict[str, float]]:
 
 _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
-         ("max_concurrency", "UPWELL_MAX_CONCURRENCY"))
+         ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"))
+_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
+
+
+def _text(env: Mapping[str, str], var: str) -> str:
+    return env[var]
 _TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("code_version", "UPWELL_CODE_VERSION"),
           ("image_digest", "UPWELL_IMAGE_DIGEST"))
 
@@ -193,3 +213,6 @@ def env_bool(env: Mapping[str, str], var: str, default: bool = False) -> bool:
     if text in ("0", "false", "no"):
         return False
     raise ConfigError(f"{var} must be true or false, got {env.get(var)!r}")
+
+
+_PARSE = {"scale_on_ingest": env_bool}

@@ -42,6 +42,7 @@ from upwell.storage import Storage
 from upwell.timeutil import now_iso, seconds_between
 from upwell.verdict import AttemptConfig, AttemptResult, Verdict, VerdictKind, decide_attempt, decide_delivery
 from workers import results
+from workers.cancel import CANCELLED, CancelWatch
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class AgentConfig:
                   max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
                   lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
                   retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
+                  poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
@@ -165,6 +167,8 @@ class Agent:
             return "duplicate"
         if verdict.kind is not VerdictKind.RUN:
             return self._give_up(hand, verdict)
+        if hand.job.status == CANCELLED:  # upwell cancel: a leftover message of a cancelled job
+            return self._cancelled(hand)
         overdue = wallclock.job_overdue(hand.job.to_entity())  # the job's kill switch (upwell.ops.wallclock)
         if overdue:
             return self._give_up(hand, Verdict(VerdictKind.DROP, reason=overdue))
@@ -218,9 +222,13 @@ class Agent:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
+            watch = CancelWatch(self.ledger, item.job_id, self.stop)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
-                                 stop=self.stop, on_tick=hand.lease.renew, ranks=self.config.ranks or None,
+                                 stop=watch, on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
                                  definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job.extra))
+            self._keep_log(item, result)
+            if watch.cancelled.is_set() and result.status != "succeeded":
+                return self._cancelled(hand, checkpoint=result.checkpoint_dir)
             if result.timed_out and result.status == "failed":  # past the shard's max wall-clock: not retried
                 return self._give_up(hand, Verdict(VerdictKind.DROP, reason=wallclock.shard_killed(hand.job.extra)),
                                      stderr_tail=result.stderr_tail, launch=result)
@@ -318,6 +326,31 @@ class Agent:
             with open(path, "wb") as fh:
                 self.storage.download(f"{names.CHECKPOINTS}/{b.name}", fh)
         return dest
+
+    def _cancelled(self, hand: _Hand, checkpoint: Path | None = None) -> str:
+        """The job was cancelled: keep any checkpoint (a re-run resumes from it), mark the shard, drop the message."""
+        n = self._stage_checkpoint_out(hand.item, checkpoint)
+        self.ledger.shard_cancelled(hand.item.job_id, hand.item.shard_id, checkpoints=n)
+        hand.lease.delete()
+        hand.log.info("agent.cancelled", checkpoint_files=n)
+        return "cancelled"
+
+    def _keep_log(self, item: WorkItem, result) -> None:
+        """payload.log is an artifact of every attempt (results/<job>/<shard>/payload.log, the latest
+        attempt's); on success it goes up with the outputs, otherwise here."""
+        path = getattr(result, "log_path", None)
+        if not path or not Path(path).is_file():
+            return
+        out_dir = Path(result.checkpoint_dir).parent / "out"
+        if result.status == "succeeded" and out_dir.is_dir():
+            shutil.copyfile(path, out_dir / "payload.log")
+            result.artifacts.append(out_dir / "payload.log")
+            return
+        try:
+            with open(path, "rb") as fh:
+                self.storage.write(f"{item.result_prefix}/payload.log", fh)
+        except UpwellError as exc:
+            self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200], code=exc.code)
 
     def _stage_checkpoint_out(self, item: WorkItem, ckpt: Path | None) -> int:
         if not ckpt or not Path(ckpt).is_dir():

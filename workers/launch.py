@@ -27,6 +27,7 @@ from typing import IO, Any
 from upwell import logs, registry
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
+from workers import warm
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress
 
 log = logs.get("workers.launch")
@@ -123,7 +124,9 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
         return _result(workdir, "preempted", None, before, "", 0.0)
     command = build_command(spec, item, workdir)
     started = time.monotonic()
-    proc, streams = _start(command, workdir, child_env(spec, item), shield_mpiexec=_shield_mpiexec(spec))
+    forkable = spec.launcher == "python" or (spec.launcher == "torchrun" and max(1, int(item.ranks)) == 1)
+    proc, streams = _start(command, workdir, child_env(spec, item), warm_ok=forkable,
+                           shield_mpiexec=_shield_mpiexec(spec.launcher))
     outcome = _supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                          grace_s=grace_s, stop_signal=stop_signal_for(spec, item))
     streams.join()
@@ -258,12 +261,12 @@ def _die_with_parent() -> None:
         pass
 
 
-def _shield_mpiexec(spec: registry.PayloadSpec) -> bool:
+def _shield_mpiexec(launcher: str) -> bool:
     """Inside a Slurm job, Slurm signals every process of the step (scancel, preemption, a node taken
     away), mpiexec included, and mpiexec kills its ranks within a second of SIGTERM: before they can
     checkpoint. So there mpiexec starts with SIGTERM blocked; the ranks (Open MPI unblocks signals in
     them) still get Slurm's SIGTERM, checkpoint and exit 75; SIGKILL after KillWait still ends all."""
-    return spec.launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
+    return launcher == "mpi" and bool(os.environ.get("SLURM_JOB_ID"))
 
 
 def _shielded_child() -> None:
@@ -276,11 +279,13 @@ def _shielded_child() -> None:
         pass
 
 
-def _start(command: list[str], workdir: Path, env: dict[str, str],
+def _start(command: list[str], workdir: Path, env: dict[str, str], *, warm_ok: bool = False,
            shield_mpiexec: bool = False) -> tuple[subprocess.Popen, _Streams]:
     log_path = workdir / "payload.log"
     with open(log_path, "ab") as handle:
         handle.write(f"$ {' '.join(command)}\n".encode())
+    if warm_ok and command[:2] == [sys.executable, "-m"] and warm.enabled():  # fork a Python payload warm
+        return warm.runner().start_payload(command[2], command[3:], workdir, env, log_path)
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=_shielded_child if shield_mpiexec else _die_with_parent)

@@ -60,7 +60,7 @@ def _restore_checkpoint(d: Definition, workdir: Path) -> bool:
         dest = workdir / path.relative_to(ckpt)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(path, dest)
-    return bool(_matches(workdir, d.checkpoint.files))
+    return bool(_matches(ckpt, d.checkpoint.files))  # what an earlier attempt kept, not what the files wrote
 
 
 def _keep_checkpoint(d: Definition, workdir: Path) -> int:
@@ -155,7 +155,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
         return _result(loaded, workdir, "preempted", None, "", started, resumed)
     argv = command_argv(d, values, resume=resumed)
     try:
-        proc, streams = launch._start(argv, workdir, env)
+        proc, streams = launch._start(argv, workdir, env, shield_mpiexec=launch._shield_mpiexec(d.launcher.kind))
     except FileNotFoundError:
         return _result(loaded, workdir, "failed", 127, f"{argv[0]}: not found on PATH", started, resumed)
     outcome = launch._supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,

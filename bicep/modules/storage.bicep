@@ -110,6 +110,44 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-08-01'
   }
 }
 
+@description('Days after its last change that a blob in each of these containers is deleted: results are kept longest, shards and checkpoints are scratch. The ledger rows go with `upwell prune`.')
+param expireAfterDays object = {
+  results: 180
+  shards: 30
+  checkpoints: 30
+}
+
+resource lifecycle 'Microsoft.Storage/storageAccounts/managementPolicies@2025-08-01' = {
+  parent: storage
+  name: 'default'
+  properties: {
+    policy: {
+      rules: [for c in items(expireAfterDays): {
+        name: 'expire-${c.key}'
+        enabled: true
+        type: 'Lifecycle'
+        definition: {
+          filters: {
+            blobTypes: [
+              'blockBlob'
+            ]
+            prefixMatch: [
+              '${c.key}/'
+            ]
+          }
+          actions: {
+            baseBlob: {
+              delete: {
+                daysAfterModificationGreaterThan: c.value
+              }
+            }
+          }
+        }
+      }]
+    }
+  }
+}
+
 resource containers 'Microsoft.Storage/storageAccounts/blobServices/containers@2025-08-01' = [for c in concat(containerNames, infraContainerNames): {
   parent: blobService
   name: c

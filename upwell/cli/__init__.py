@@ -8,8 +8,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="upwell: event-driven research computing on Azure, and on this machine.")
 
 # Each module registers its commands on `app` through register(app).
-_MODULES = ("upwell.cli.pipeline", "upwell.cli.payload", "upwell.cli.simulate", "upwell.cli.prices", "upwell.cli.cost",
-            "upwell.cli.ops")
+_MODULES = ("upwell.cli.pipeline", "upwell.cli.jobs", "upwell.cli.payload", "upwell.cli.simulate", "upwell.cli.prices",
+            "upwell.cli.cost", "upwell.cli.ops")
 
 
 def _register() -> None:

@@ -33,20 +33,30 @@ def _storage():
 def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP triggers (127.0.0.1)"),
        blob_port: int = typer.Option(10000, help="Azurite blob port"),
        queue_port: int = typer.Option(10001, help="Azurite queue port"),
-       table_port: int = typer.Option(10002, help="Azurite table port")) -> None:
+       table_port: int = typer.Option(10002, help="Azurite table port"),
+       workers: str = typer.Option(None, help="local workers: N for every local pool, or cpu=4,mpi=1"),
+       free_ports: bool = typer.Option(
+           False, "--free-ports", help="when the ports belong to another checkout's stack, use free ones")) -> None:
     """Start Azurite (persisted under .upwell/), the local Functions host and the local pool. Ctrl-C stops all."""
+    from upwell.local import owner
     from upwell.local.stack import LocalStack
 
-    stack = LocalStack(STATE, http_port=http_port, ports=(blob_port, queue_port, table_port))
+    ports, http_port = _choose_ports((blob_port, queue_port, table_port), http_port, free_ports)
+    _pools_for_up(workers)
+    stack = LocalStack(STATE, http_port=http_port, ports=ports)
     stopping = threading.Event()
     # Handlers before any child exists, and every child started inside try/finally: a Ctrl-C, a kill or a
     # closed terminal at any moment, even during start-up, stops whatever was started.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda *_: stopping.set())
+    died = False
     try:
         stack.start_storage()
-        _say(f"[green]storage[/] Azurite on 127.0.0.1:{blob_port}/{queue_port}/{table_port} "
-             f"({'reused' if stack.azurite is None else 'started'}, data in {STATE / 'azurite'})")
+        owner.claim("up", STATE, ports, http_port)
+        where = (f"started, data in {STATE / 'azurite'}" if stack.azurite is not None else
+                 "REUSED: an Azurite that upwell did not start here already listens there; its data is wherever "
+                 f"it keeps it, not in {STATE / 'azurite'}")
+        _say(f"[green]storage[/] Azurite on 127.0.0.1:{ports[0]}/{ports[1]}/{ports[2]} ({where})")
         if stopping.is_set():
             return
         stack.start_devhost()
@@ -57,28 +67,111 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
              "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
         while not stopping.is_set() and stack.alive():
             stopping.wait(0.5)
+        died = not stopping.is_set()
     finally:
         _say("[yellow]stopping[/] devhost, workers, Azurite ...")
         stack.stop()
+        owner.release(ports[0])
         _say("[green]stopped[/]")
+    if died:
+        _say(f"[red]the functions host exited on its own[/]; its output is above (is port {http_port} in use?)")
+        raise typer.Exit(1)
 
 
-def _say(text: str) -> None:
+def _choose_ports(ports: tuple[int, int, int], http_port: int, free: bool) -> tuple[tuple[int, int, int], int]:
+    """The ports `up` uses: refuse a second `up` of this checkout, and another checkout's stack unless --free-ports."""
+    from upwell.local import azurite, owner
+
+    info = owner.owner(ports[0])
+    if info and owner.same_home(info, STATE):
+        _say(f"[red]upwell up already runs here[/]: {owner.describe(info)}. Use that one (submit, status and "
+             "watch reach it), or stop it with Ctrl-C in its terminal.")
+        raise typer.Exit(1)
+    if info and not free:
+        _say(f"[red]these ports belong to another checkout's stack[/]: {owner.describe(info)}. Stop that one, or "
+             "start this one with --free-ports (or --blob-port/--queue-port/--table-port/--http-port).")
+        raise typer.Exit(1)
+    if info:
+        blob, queue, table, http = azurite.free_ports(4)
+        _say(f"[yellow]ports {ports[0]}-{ports[2]} and {http_port} belong to {owner.describe(info)}[/]; this "
+             f"stack uses free ports: Azurite {blob}/{queue}/{table}, functions {http}. Its clients need these "
+             f"endpoints: blob http://127.0.0.1:{blob}/{azurite.ACCOUNT}, queue :{queue}, table :{table}")
+        return (blob, queue, table), http
+    if azurite.port_open(http_port):
+        _say(f"[red]port {http_port} is in use[/] (another functions host?); pick another with --http-port")
+        raise typer.Exit(1)
+    return ports, http_port
+
+
+def _pools_for_up(workers: str | None) -> None:
+    """Apply --workers, give each worker its share of the cores, print the pool table, warn on oversubscription."""
+    from upwell.errors import ConfigError
+    from upwell.local import workers as local_workers
+    from upwell.settings import Settings
+
+    try:
+        pools = local_workers.with_workers(Settings.from_env().pools, workers)
+    except ConfigError as exc:
+        _say(f"[red]{exc}[/]")
+        raise typer.Exit(2) from None
+    cores = local_workers.cores()
+    threads, chosen = local_workers.threads_per_worker(pools, dict(os.environ), cores)
+    os.environ["UPWELL_POOLS"] = local_workers.to_setting(pools)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    table = Table(title=f"pools ({cores} cores; threads each {'from OMP_NUM_THREADS' if chosen else 'shared out'})")
+    for header in local_workers.HEADERS:
+        table.add_column(header, no_wrap=True)
+    for row in local_workers.table_rows(pools, threads):
+        table.add_row(*row)
+    _say(table)
+    for warning in local_workers.oversubscribed(pools, threads, cores):
+        _say(f"[yellow]warning[/] {warning}")
+
+
+def _say(text) -> None:
     """Print, unless the terminal is gone (SIGHUP): stopping the children matters more than the message."""
     try:
-        console.print(text)
+        console.print(text, soft_wrap=isinstance(text, str))
     except OSError:
         pass
 
 
 def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upload"),
-           prefix: str = typer.Option("", help="folder under incoming/ to upload into")) -> None:
-    """Upload files or folders to incoming/, as a collaborator would."""
+           prefix: str = typer.Option("", help="folder under incoming/ to upload into"),
+           dry_run: bool = typer.Option(False, "--dry-run", help="validate and estimate; upload nothing"),
+           wait: bool = typer.Option(False, "--wait", help="then watch the jobs until they are reported"),
+           timeout: float = typer.Option(900.0, help="with --wait: give up after this many seconds")) -> None:
+    """Validate, then upload files or folders to incoming/, as a collaborator would."""
+    from upwell.errors import InputRejected
+    from upwell.ingest.submit import check
     from upwell.ingest.submit import submit as do_submit
 
-    for up_ in do_submit(_storage(), paths, prefix):
+    storage = _storage()
+    try:
+        plans = check(storage, paths, prefix)
+    except (InputRejected, FileNotFoundError) as exc:
+        console.print(f"[red]refused[/] (nothing uploaded): {getattr(exc, 'message', exc)}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    for p in plans:
+        shards = f"{p.shards} shard(s)" if p.shards is not None else "shards counted at ingest"
+        budget = f", budget ${p.budget_usd:.2f}" if p.budget_usd is not None else ""
+        console.print(f"ok incoming/{p.blob}: {p.payload} on pool {p.pool}, {shards}; estimate "
+                      f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} on {p.price_key}"
+                      f"{' (spot)' if p.spot else ''}{budget}", soft_wrap=True, markup=False)
+    if dry_run:
+        console.print("dry run: nothing uploaded")
+        return
+    jobs = []
+    for up_ in do_submit(storage, paths, prefix):
         job = f"job [bold]{up_.job_id}[/]" if up_.job_id else "input"
-        console.print(f"uploaded {up_.local} -> incoming/{up_.blob}  ({job})")
+        console.print(f"uploaded {up_.local} -> incoming/{up_.blob}  ({job})", soft_wrap=True)
+        jobs += [up_.job_id] if up_.job_id else []
+    if wait and jobs:
+        final = watch_jobs(jobs, timeout)
+        for job_id, st in final.items():
+            console.print(f"{job_id}: {st.get('status')}", soft_wrap=True, markup=False)
+        if not all(st.get("reported") and st.get("status") == "succeeded" for st in final.values()):
+            raise typer.Exit(1)
 
 
 def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of rules")) -> None:
@@ -89,16 +182,18 @@ def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of
         console.print(f"rule pipelines/{name}")
 
 
-def status(job: str = typer.Argument(None, help="a job id; all jobs when omitted"),
+def status(job: str = typer.Argument(None, help="a job id, name or upload path; all jobs when omitted"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Report where jobs stand."""
+    from upwell.cli.jobs import resolve
     from upwell.results.status import job_status, list_jobs
 
     storage = _storage()
     if job:
+        job = resolve(storage, job)
         st = job_status(storage, job)
         if st is None:
-            console.print(f"[red]no job {job}[/]")
+            console.print(f"[red]no such job {job}[/]")
             raise typer.Exit(1)
         if as_json:
             console.print_json(json.dumps(st, default=str))
@@ -109,19 +204,27 @@ def status(job: str = typer.Argument(None, help="a job id; all jobs when omitted
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return
-    table = Table("job", "status", "payload", "pool", "done", "failed", "total", "cost $", "message")
+    table = Table()
+    # Whole ids, never cut or folded, at any terminal width or none: the id is what the other commands take.
+    table.add_column("job", no_wrap=True, overflow="ignore", min_width=max([len(r["job_id"]) for r in rows] or [3]))
+    for header in ("status", "payload", "pool", "done", "failed", "total", "cost $", "message"):
+        table.add_column(header)
     for r in rows:
         table.add_row(r["job_id"], r.get("status") or "", r.get("payload") or "", r.get("pool") or "",
                       str(r.get("shards_done") or 0), str(r.get("shards_failed") or 0), str(r.get("shards_total") or 0),
                       f"{float(r.get('spent_usd') or 0):.4f}", (r.get("message") or "")[:60])
-    console.print(table)
+    if console.is_terminal:
+        console.print(table)
+    else:  # a pipe or a file: as wide as the rows need, not 80 columns
+        Console(width=max(console.width, table.columns[0].min_width + 140)).print(table)
 
 
 def _print_job(st: dict) -> None:
     s = st["shards"]
-    console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]")
+    console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]", soft_wrap=True)
+    cancelled = f", {s['cancelled']} cancelled" if s.get("cancelled") else ""
     console.print(f"  shards: {s['succeeded']} done, {s['failed']} failed, {s['running']} running, "
-                  f"{s['queued']} queued, {s['preempted']} preempted, of {s['total']}")
+                  f"{s['queued']} queued, {s['preempted']} preempted{cancelled}, of {s['total']}")
     console.print(f"  workers: {', '.join(st['workers']) or '-'}; cost so far ${float(st.get('spent_usd') or 0):.4f} "
                   f"(estimate ${float(st.get('estimate_usd') or 0):.4f})")
     if st.get("message"):
@@ -142,7 +245,7 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
                TimeElapsedColumn())
     deadline = time.monotonic() + timeout
     with Progress(*columns, console=console, transient=False) as progress:
-        tasks = {j: progress.add_task(j[:40], total=None, info="waiting") for j in job_ids}
+        tasks = {j: progress.add_task(j, total=None, info="waiting") for j in job_ids}
         while len(final) < len(job_ids) and time.monotonic() < deadline:
             for job in job_ids:
                 if job in final:
@@ -157,7 +260,7 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
                     info += f" | {st['message'][:60]}"
                 progress.update(tasks[job], total=st.get("shards_total") or s["total"] or None,
                                 completed=s["succeeded"] + s["failed"], info=info)
-                if st.get("reported") or st.get("status") == "rejected":
+                if st.get("reported") or st.get("status") in ("rejected", "cancelled"):
                     final[job] = st
             time.sleep(0.5)
     for job in job_ids:
@@ -166,12 +269,27 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
     return final
 
 
-def watch(job: list[str] = typer.Argument(..., help="job ids"),
+def watch(job: list[str] = typer.Argument(..., help="job ids, names or upload paths"),
           timeout: float = typer.Option(900.0, help="give up after this many seconds")) -> None:
     """Live progress: shards queued, running, done and failed; workers; cost so far."""
-    final = watch_jobs(job, timeout)
+    final = watch_jobs([_known_job(j) for j in job], timeout)
     if not all(st.get("reported") for st in final.values()):
         raise typer.Exit(1)
+
+
+def _known_job(text: str) -> str:
+    """A job that exists, or an id whose upload is in incoming/ and not yet ingested; else 'no such job' now."""
+    from upwell.cli.jobs import err
+    from upwell.lifecycle.find import NoSuchJob, find_job, pending_upload
+
+    storage = _storage()
+    try:
+        return find_job(storage, text).job_id
+    except NoSuchJob as exc:
+        if not any(c in text for c in "/\\#?") and pending_upload(storage, text):
+            return text  # uploaded a moment ago: its ingest will create it
+        err.print(f"[red]{exc}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
 
 
 def fetch_report(job_id: str, dest_root: Path | None = None) -> Path:
@@ -191,10 +309,12 @@ def fetch_report(job_id: str, dest_root: Path | None = None) -> Path:
     return (dest / "index.html").resolve()
 
 
-def report(job: str = typer.Argument(..., help="job id")) -> None:
+def report(job: str = typer.Argument(..., help="job id, name or upload path")) -> None:
     """Download a job's report to .upwell/reports/<job>/ and print its index.html."""
+    from upwell.cli.jobs import resolve
+
     try:
-        console.print(str(fetch_report(job)), soft_wrap=True)
+        console.print(str(fetch_report(resolve(_storage(), job))), soft_wrap=True, markup=False)
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(1) from None

@@ -39,25 +39,31 @@ def simulate(
         console.print(f"[red]error[/] {exc}")
         raise typer.Exit(2) from None
     for trace in loaded:
-        console.print(table(trace, results[trace.name], seed, backend))
+        console.print(table(trace, results[trace.name], seed, backend, sim.lower_bound(trace, seed, backend)))
     paths = sim.write(results, out, plots=plots)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-def table(trace, results, seed: int, backend: str | None = None) -> Table:
-    """One trace's results; the lowest cost x makespan (USD x hours) in green."""
+def table(trace, results, seed: int, backend: str | None = None, bound=None) -> Table:
+    """One trace's results; the lowest cost x makespan (USD x hours) in green; each policy's ratio to the
+    clairvoyant lower bound (upwell.scale.simulate.lower_bound) in the last column."""
     best = min(r.cost_x_makespan for r in results)
+    caption = trace.description
+    if bound is not None:
+        caption += (f"\nclairvoyant lower bound: ${bound.cost_usd:.2f} (task time at the cheapest allowed mix), "
+                    f"makespan {bound.makespan_min:.1f} min, cost x makespan {bound.cost_x_makespan:.2f}")
     t = Table(title=f"{trace.name} (seed {seed}): {results[0].tasks} tasks, at most {trace.max_nodes} nodes, "
                     f"spot share {trace.spot_share:g}{', ' + backend if backend else ''}",
-              caption=trace.description, caption_justify="left")
+              caption=caption, caption_justify="left")
     for col in ("policy", "done", "makespan\nmin", "cost\n$", "idle\nnode-min", "boot\nnode-min", "p95 wait\nmin",
-                "lost\ntask-min", "evic-\ntions", "cost x\nmakespan"):
+                "lost\ntask-min", "evic-\ntions", "cost x\nmakespan", "÷ bound"):
         t.add_column(col, justify="left" if col == "policy" else "right", no_wrap=col == "policy")
     for r in results:
         mark = "[bold green]" if r.cost_x_makespan == best else ""
+        ratio = f"{r.cost_x_makespan / bound.cost_x_makespan:.2f}" if bound and bound.cost_x_makespan else "-"
         t.add_row(r.policy, f"{r.completed}", f"{r.makespan_min:.1f}", f"{r.cost_usd:.2f}", f"{r.idle_node_min:.0f}",
                   f"{r.boot_node_min:.0f}", f"{r.p95_wait_min:.1f}", f"{r.lost_task_min:.1f}", str(r.evictions),
-                  f"{mark}{r.cost_x_makespan:.2f}")
+                  f"{mark}{r.cost_x_makespan:.2f}", ratio)
     return t
 
 

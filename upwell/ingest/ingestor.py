@@ -13,7 +13,9 @@ import json
 import re
 import tempfile
 import unicodedata
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -24,7 +26,8 @@ from azure.storage.queue import QueueClient
 from upwell import logs, names
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
-from upwell.ingest.sharding import archive_kind, shard_csv, shard_parquet
+from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
+from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.payloads import params as payload_params
@@ -122,12 +125,13 @@ class Ingestor:
             check_name(name)
             if is_manifest_input(name) and not is_manifest(name):
                 bound.info("ingest.input_for_manifest")
+                self._wake_waiting(name)
                 return Outcome(job_id, "skipped", message="input of a manifest")
             if props.size > self.settings.max_upload_bytes:
                 raise InputRejected(f"upload is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                     field="size", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
             existing = self.ledger.job(job_id)
-            if existing and existing.status != JobState.INGESTING:
+            if existing and existing.status not in (JobState.INGESTING, JobState.WAITING):
                 bound.info("ingest.duplicate", status=existing.status.value)
                 return Outcome(job_id, "duplicate", existing.shards_total)
             try:
@@ -155,6 +159,9 @@ class Ingestor:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
         job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
+        missing = [ref for ref in m.data if not self._data_exists(name, ref)]
+        if missing:
+            return self._wait_for_data(job, props, m, missing, bound)
         if m.data:
             shards = list(self._shard_data_refs(job_id, name, m, spec))
         else:
@@ -170,6 +177,53 @@ class Ingestor:
         if "resources" in m.model_fields_set:
             return m.resources
         return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
+
+    # -- a manifest that came before its data ------------------------------------------
+    @staticmethod
+    def _data_path(manifest_name: str, ref: str) -> str:
+        folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
+        return ref if ref.startswith(f"{names.INCOMING}/") else f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
+
+    def _data_exists(self, manifest_name: str, ref: str) -> bool:
+        try:
+            check_name(ref)
+        except InputRejected:
+            return True  # named wrongly: sharding rejects it with the field; waiting would not help
+        return self.storage.exists(self._data_path(manifest_name, ref))
+
+    def _wait_for_data(self, job: dict, props, m: manifests.Manifest, missing: list[str], bound) -> Outcome:
+        """Storage Explorer drops a folder in no set order: keep the job "waiting" until its data blobs are
+        in (each arrival, and the timer, ingest the manifest again), for data_wait_s after the upload."""
+        waited = (datetime.now(UTC) - props.last_modified).total_seconds() if props.last_modified else 0.0
+        grace = self.settings.data_wait_s
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        if waited >= grace:
+            i = m.data.index(missing[0])
+            where = self._data_path(job["source_blob"][len(names.INCOMING) + 1:], missing[0])
+            raise InputRejected(f"data blob {where} does not exist (missing: {shown}; waited {waited:.0f} s, "
+                                f"the limit is {grace} s)", field=f"data[{i}]", limit=f"data_wait_s={grace}")
+        until = (props.last_modified + timedelta(seconds=grace)).isoformat(timespec="seconds").replace("+00:00", "Z")
+        message = (f"waiting for data blobs: {shown} ({len(m.data) - len(missing)} of {len(m.data)} present); "
+                   f"gives up at {until}")
+        row = {**job, "status": JobState.WAITING.value, "message": message, "wait_until": until, "shards_total": 0}
+        _, created = self.ledger.create_job(JobRow.from_entity(row))
+        if not created:
+            self.ledger.update_job(job["job_id"], message=message, wait_until=until)
+        bound.info("ingest.waiting_for_data", missing=len(missing), until=until)
+        return Outcome(job["job_id"], "waiting", message=message)
+
+    def _wake_waiting(self, data_name: str) -> None:
+        """A data blob arrived: ingest again each waiting manifest in the folder that holds its data/."""
+        folder = f"/{data_name}".rsplit(f"/{INPUT_FOLDER}/", 1)[0].lstrip("/")
+        prefix = f"{folder}/" if folder else ""
+        for blob in self.storage.list(names.INCOMING, prefix):
+            rest = blob.name[len(prefix):]
+            if "/" in rest or not is_manifest(blob.name):
+                continue
+            etag = blob.etag if str(blob.etag).startswith('"') else f'"{blob.etag}"'
+            found = self.ledger.job(job_id_for(blob.name, etag))
+            if found is not None and found.status == JobState.WAITING:
+                self.ingest(blob.name)
 
     def _shard_data_refs(self, job_id: str, manifest_name: str, m: manifests.Manifest, spec):
         folder = manifest_name.rsplit("/", 1)[0] if "/" in manifest_name else ""
@@ -188,13 +242,15 @@ class Ingestor:
                 yield (f"s{index:05d}", params, blob_path, digest)
                 index += 1
                 continue
-            for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
-                params = dict(m.params)
-                payload_params.validate(spec.definition, params)
-                blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                self.storage.write(blob_path, shard.data)
-                yield (f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest())
-                index += 1
+            with ShardUploads(self.storage) as uploads:
+                for shard in self._shard_stream(path, m.shard, {}, len(m.data)):
+                    params = dict(m.params)
+                    payload_params.validate(spec.definition, params)
+                    blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
+                    uploads.put(blob_path, shard.data)
+                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    index += 1
+            yield from uploads.shards
 
     def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
         """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
@@ -230,12 +286,31 @@ class Ingestor:
                                max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
         job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
                             spec)
-        shards = []
-        for shard in self._shard_stream(f"{names.INCOMING}/{name}", rule.shard, rule.columns, 1, fmt=rule.format):
-            blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-            self.storage.write(blob_path, shard.data)
-            shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path, hashlib.sha256(shard.data).hexdigest()))
-        return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        source = f"{names.INCOMING}/{name}"
+        if rule.format == "binary":
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
+            return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+        options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
+        with ShardUploads(self.storage) as uploads:
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+                blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
+                uploads.put(blob_path, shard.data)
+                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
+                                       hashlib.sha256(shard.data).hexdigest()))
+        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound)
+
+    def _binary_sha256(self, name: str) -> str:
+        """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
+        head, digest = b"", hashlib.sha256()
+        for chunk in self.incoming(name).download_blob().chunks():
+            if len(head) < 512:
+                head += chunk[:512]
+            digest.update(chunk)
+        kind = archive_kind(head)
+        if kind:
+            raise InputRejected(f"incoming/{name[:200]} is a {kind} archive; archives are not accepted: upload the "
+                                "files themselves", field="document")
+        return digest.hexdigest()
 
     def match_rule(self, name: str) -> manifests.PipelineRule:
         rules, known = [], self.definitions.names()
@@ -255,7 +330,8 @@ class Ingestor:
         raise InputRejected(f"no pipeline rule matches incoming/{name} (rules: {known}), and it is not a job "
                             f"manifest (job.yaml / job.json)", field="name")
 
-    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = ""):
+    def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
+                      options: CsvOptions | None = None):
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         container, blob_name = path.split("/", 1)
@@ -271,8 +347,8 @@ class Ingestor:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(downloader.chunks(), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit)
+        yield from shard_csv(prefetch(downloader.chunks()), source=path, rows_per_shard=rule.rows,
+                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
     def _check_pool(self, pool: str, field: str) -> None:
@@ -322,7 +398,10 @@ class Ingestor:
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus) for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        self.ledger.create_job(JobRow.from_entity(job))
+        _, created = self.ledger.create_job(JobRow.from_entity(job))
+        if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
+            fields = {k: v for k, v in job.items() if k not in ("status", "job_id")}
+            self.ledger.update_job(job_id, **fields, message="")
         now = now_iso()
         self.ledger.add_shards(job_id, [
             ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
@@ -330,8 +409,13 @@ class Ingestor:
                      result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
         queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
-        for text in texts:
-            queue.send_message(text)
+        if len(texts) < 4:
+            for text in texts:
+                queue.send_message(text)
+        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+                for _ in pool.map(queue.send_message, texts):
+                    pass
         self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
@@ -371,6 +455,22 @@ class Ingestor:
             src.delete_blob(etag=etag, match_condition=_if_match())
         except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
+
+
+def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None = None) -> list[str]:
+    """The timer's part: ingest every waiting manifest again (it goes on, waits on, or is rejected when its
+    grace is over). A manifest removed meanwhile ends its job as rejected."""
+    ledger = ledger or Ledger(storage)
+    ingestor = Ingestor(storage, settings, ledger)
+    seen = []
+    for job in ledger.jobs(JobState.WAITING):
+        source = job.source_blob
+        out = ingestor.ingest(source[len(names.INCOMING) + 1:]) if source.startswith(f"{names.INCOMING}/") else None
+        if out is None or out.status == "skipped":
+            ledger.update_job(job.job_id, status=JobState.REJECTED,
+                              message="the manifest was removed while it waited for its data")
+        seen.append(job.job_id)
+    return seen
 
 
 def _if_match():

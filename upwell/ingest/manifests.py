@@ -96,8 +96,12 @@ class PipelineRule(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = ""
     match: str = Field(..., min_length=1, max_length=512)
-    format: Literal["csv", "parquet"] = "csv"
+    # binary: HDF5, netCDF, raw instrument files go to the payload whole, as one shard (no copy)
+    format: Literal["csv", "parquet", "binary"] = "csv"
     columns: dict[str, Literal["float", "int", "str"]] = Field(default_factory=dict)
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    comment: str = Field("", max_length=8)  # lines starting with it before the header are skipped
+    missing: list[str] = Field(default_factory=list, max_length=32)  # cells that mean "no value": NaN in shards
     shard: ShardRule = ShardRule(rows=1000)
     payload: str
     pool: str | None = None
@@ -112,6 +116,14 @@ class PipelineRule(BaseModel):
     max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
 
     _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_delimiter(cls, v: str) -> str:
+        if v in ('"', "\n", "\r") or not v.isascii():
+            raise ValueError(f"delimiter {v!r} cannot separate fields: use one ASCII character other than a quote "
+                             "or a line end")
+        return v
 
     def matches(self, name: str) -> bool:
         return fnmatch.fnmatchcase(name, self.match)
@@ -207,6 +219,26 @@ def _loc(loc: tuple) -> str:
     return out
 
 
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (nested models followed; None past a dict)."""
+    for part in loc[:-1]:
+        info = model.model_fields.get(part) if isinstance(part, str) else None
+        nested = getattr(info, "annotation", None)
+        if not (isinstance(nested, type) and issubclass(nested, BaseModel)):
+            return None
+        model = nested
+    return model
+
+
+def hint(model: type[BaseModel] | None, err: dict) -> str:
+    """'; did you mean budget_usd?' for a misspelt field (an unknown key close to a known one), else ''."""
+    if err.get("type") != "extra_forbidden" or model is None or not err.get("loc"):
+        return ""
+    from upwell.payloads.params import did_you_mean
+
+    return did_you_mean(str(err["loc"][-1]), list(model.model_fields))
+
+
 def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str] | None = None):
     """``payloads``: the registered definitions' names (built-ins only when None)."""
     try:
@@ -215,7 +247,8 @@ def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str]
         err = exc.errors()[0]
         where = _loc(err["loc"]) or "document"
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise InputRejected(f"{source}: {where}: {err['msg']}{more}", field=where, source=source) from None
+        tip = hint(_model_at(model, err["loc"]), err)
+        raise InputRejected(f"{source}: {where}: {err['msg']}{tip}{more}", field=where, source=source) from None
 
 
 def load_manifest(data: bytes, source: str, payloads: list[str] | None = None) -> Manifest:

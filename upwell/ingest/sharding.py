@@ -10,11 +10,13 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from upwell.errors import InputRejected
+from upwell.ingest import csvblocks
 
 MAX_LINE_BYTES = 1 << 20
 # Only CR, LF and CRLF end a CSV line. str.splitlines() also splits at \v, \f, \x1c-\x1e, \x85,
@@ -43,7 +45,23 @@ class Shard:
     first_row: int  # row number of its first data row in the source (header = 1)
 
 
-def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Iterator[str]:  # noqa: C901 - one pass over the bytes; split with the CSV options of issue 15
+@dataclass(frozen=True)
+class CsvOptions:
+    """How a rule's CSV is written: the delimiter, comment lines before the header, missing-value tokens.
+
+    Cells equal to a ``missing`` token pass the type checks; in every column not declared ``str``
+    they reach the shards as ``NaN``, which payloads read as a missing number."""
+
+    delimiter: str = ","
+    comment: str = ""
+    missing: tuple[str, ...] = ()
+
+
+BLOCK_BYTES = 4 << 20  # the columnar reader checks this much text at a time
+
+
+def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int, *, first_line: int = 0,  # noqa: C901 - one pass over the bytes
+                   check_head: bool = True, offset: int = 0) -> Iterator[str]:
     """Decode UTF-8 (with or without BOM) or UTF-16 (BOM) incrementally into lines."""
     it = iter(chunks)
     head = b""
@@ -51,17 +69,17 @@ def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Itera
         head += chunk
         if len(head) >= 512:
             break
-    kind = archive_kind(head)
+    kind = archive_kind(head) if check_head else ""
     if kind:
         raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "
                             "themselves", field="document", source=source)
-    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+    if check_head and head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         decoder = codecs.getincrementaldecoder("utf-16")(errors="strict")
     else:
         decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
     pending = ""
-    offset = 0
-    lineno = 0
+    start = offset
+    lineno = first_line
 
     def feed(data: bytes, final: bool = False) -> Iterator[str]:
         nonlocal pending, offset, lineno
@@ -70,7 +88,7 @@ def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Itera
         except UnicodeDecodeError as exc:
             raise InputRejected(f"{source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
                                 field="encoding", source=source) from None
-        if offset == 0 and "\x00" in text:
+        if offset == start and check_head and "\x00" in text:
             raise InputRejected(f"{source} contains NUL characters: a binary file, or UTF-16 text without a "
                                 "byte-order mark (save it as UTF-8, or UTF-16 with BOM)", field="encoding",
                                 source=source)
@@ -98,12 +116,15 @@ def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int) -> Itera
 _CASTS = {"float": float, "int": int, "str": str}
 
 
-def _check_row(row: list[str], width: int, checks: list[tuple[int, str, str]], rowno: int, source: str) -> None:
+def _check_row(row: list[str], width: int, checks: list[tuple[int, str, str]], rowno: int, source: str,
+               missing: frozenset[str] = frozenset()) -> None:
     if len(row) != width:
         raise InputRejected(f"{source}: row {rowno} has {len(row)} fields; the header has {width}",
                             field="row", row=rowno, source=source)
     for index, col, kind in checks:
         value = row[index]
+        if value in missing:
+            continue
         try:
             _CASTS[kind](value)
         except ValueError:
@@ -111,65 +132,268 @@ def _check_row(row: list[str], width: int, checks: list[tuple[int, str, str]], r
                                 field=col, row=rowno, source=source) from None
 
 
-def shard_csv(  # noqa: C901 - one streaming pass; split with the CSV options of issue 15
-        chunks: Iterable[bytes], *, source: str, rows_per_shard: int | None = None,
-        bytes_per_shard: int | None = None, columns: dict[str, str] | None = None,
-        max_shards: int = 10_000, max_line: int = MAX_LINE_BYTES) -> Iterator[Shard]:
-    """Split a CSV stream into shards of at most ``rows_per_shard`` rows or ``bytes_per_shard`` bytes."""
-    if not rows_per_shard and not bytes_per_shard:
-        rows_per_shard = 1000
-    columns = columns or {}
-    lines = _decoded_lines(chunks, source, max_line)
-    reader = csv.reader(lines, strict=True)
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise InputRejected(f"{source} is empty", field="document", row=0, source=source) from None
-    except csv.Error as exc:
-        raise InputRejected(f"{source}: header: {exc}", field="header", row=1, source=source) from None
-    header = [h.strip() for h in header]
+class _Writer:
+    """Collects rows into shards: closes one at ``rows`` rows or once it reaches ``size`` bytes (header
+    included). State: the header bytes, the open shard's pieces, its row count, size and first row."""
+
+    def __init__(self, head: bytes, rows: int | None, size: int | None, max_shards: int, source: str):
+        self.head, self.rows, self.size, self.max_shards, self.source = head, rows, size, max_shards, source
+        self.parts: list[bytes] = []
+        self.count, self.bytes, self.first, self.index = 0, len(head), 0, 0
+
+    def row(self, text: bytes, rowno: int) -> Iterator[Shard]:
+        if self.count == 0:
+            self.first = rowno
+        self.parts.append(text)
+        self.count += 1
+        self.bytes += len(text)
+        if (self.rows and self.count >= self.rows) or (self.size and self.bytes >= self.size):
+            yield self._close()
+
+    def lines(self, data: bytes, ends, rows) -> Iterator[Shard]:
+        """Add checked lines: ``data`` ends each line at ``ends[k]``; ``rows[k]`` is its row number."""
+        import numpy as np
+
+        k, n = 0, len(ends)
+        while k < n:
+            if self.count == 0:
+                self.first = int(rows[k])
+            start = int(ends[k - 1]) if k else 0
+            take, full = n - k, False
+            if self.rows and self.count + take >= self.rows:
+                take, full = self.rows - self.count, True
+            if self.size:
+                reach = int(np.searchsorted(ends[k:k + take], start + self.size - self.bytes, side="left"))
+                if reach < take:
+                    take, full = reach + 1, True
+            end = int(ends[k + take - 1])
+            self.parts.append(data[start:end])
+            self.count += take
+            self.bytes += end - start
+            k += take
+            if full:
+                yield self._close()
+
+    def _close(self) -> Shard:
+        if self.index + 1 > self.max_shards:
+            raise InputRejected(f"{self.source} makes more than {self.max_shards} shards", field="shard",
+                                limit=f"max_shards={self.max_shards}", source=self.source)
+        shard = Shard(self.index, b"".join([self.head, *self.parts]), self.count, self.first)
+        self.index += 1
+        self.parts, self.count, self.bytes = [], 0, len(self.head)
+        return shard
+
+    def finish(self, header_row: int) -> Iterator[Shard]:
+        if self.count:
+            yield self._close()
+        elif self.index == 0:
+            raise InputRejected(f"{self.source} has a header but no data rows", field="row", row=header_row + 1,
+                                source=self.source)
+
+
+@dataclass
+class _Table:
+    """What the header said: the columns, the type checks, and where the header was."""
+
+    header: list[str]
+    checks: list[tuple[int, str, str]]
+    numeric: list[int]
+    row: int  # the header's row number (1 unless comment lines come first)
+
+
+def _header(row: list[str], rowno: int, columns: dict[str, str], source: str) -> _Table:
+    header = [h.strip() for h in row]
     if not any(header):
-        raise InputRejected(f"{source}: the header row is empty", field="header", row=1, source=source)
+        raise InputRejected(f"{source}: the header row is empty", field="header", row=rowno, source=source)
     missing = [c for c in columns if c not in header]
     if missing:
         raise InputRejected(f"{source}: header lacks required columns {missing}; it has {header}",
-                            field=missing[0], row=1, source=source)
+                            field=missing[0], row=rowno, source=source)
     checks = [(header.index(c), c, k) for c, k in columns.items() if k != "str"]
-    width = len(header)
-    line = _RowText()
-    head = line(header)
-    data, count, index, first = bytearray(head), 0, 0, 0
-    rowno = 1
-    while True:
+    numeric = [i for i, h in enumerate(header) if columns.get(h) != "str"]
+    return _Table(header, checks, numeric, rowno)
+
+
+def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | None = None,
+              bytes_per_shard: int | None = None, columns: dict[str, str] | None = None,
+              max_shards: int = 10_000, max_line: int = MAX_LINE_BYTES,
+              options: CsvOptions | None = None) -> Iterator[Shard]:
+    """Split a CSV stream into shards of at most ``rows_per_shard`` rows or ``bytes_per_shard`` bytes.
+
+    UTF-8 text without quotes goes through the columnar reader (``csvblocks``) block by block; from
+    the first block with a quote (and for UTF-16) rows go through Python's csv module. Both give the
+    same shards and the same errors (field, row, limit)."""
+    if not rows_per_shard and not bytes_per_shard:
+        rows_per_shard = 1000
+    return _Sharder(source, rows_per_shard, bytes_per_shard, columns or {}, max_shards, max_line,
+                    options or CsvOptions()).run(iter(chunks))
+class _Sharder:
+    """One CSV stream: the columnar reader while the text allows it, Python's csv module after.
+
+    State: the options, the header (once read), the shard writer and the last row number read."""
+
+    def __init__(self, source: str, rows: int | None, size: int | None, columns: dict[str, str], max_shards: int,
+                 max_line: int, options: CsvOptions):
+        self.source, self.rows, self.size, self.columns = source, rows, size, columns
+        self.max_shards, self.max_line, self.opt = max_shards, max_line, options
+        self.delim = options.delimiter.encode()
+        self.table: _Table | None = None
+        self.writer: _Writer | None = None
+
+    def run(self, it: Iterator[bytes]) -> Iterator[Shard]:
+        head = b""
+        for chunk in it:
+            head += chunk
+            if len(head) >= 512:
+                break
+        kind = archive_kind(head)
+        if kind:
+            raise InputRejected(f"{self.source} is a {kind} archive; archives are not accepted: upload the files "
+                                "themselves", field="document", source=self.source)
+        if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or len(self.delim) != 1 or self.delim == b'"':
+            yield from self._slow(itertools.chain([head], it), rowno=0)
+            return
+        yield from self._fast(head, it)
+
+    # -- the columnar reader ------------------------------------------------------------
+    def _fast(self, head: bytes, it: Iterator[bytes]) -> Iterator[Shard]:
+        bom = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
+        buf, offset, rowno, eof, target = bytearray(head[bom:]), bom, 0, False, 512
+        while True:
+            while not eof and len(buf) < target:
+                chunk = next(it, None)
+                eof = chunk is None
+                buf += chunk or b""
+            raw = self._cut(buf, eof, rowno)
+            if raw is None:  # no line end yet: read more
+                target *= 2
+                continue
+            target = min(max(target * 2, 512), max(BLOCK_BYTES, 4 * self.max_line + 8))
+            if not raw:
+                break
+            block = self._text(raw, offset, first=self.table is None)
+            quoting = b'"' in block or (self.delim != b"," and b"," in block)  # csv from here on
+            if self.table is None:
+                block, rowno = (None, 0) if quoting else self._fast_header(block)
+                if block is None:
+                    yield from self._slow(itertools.chain([head[:bom], raw, bytes(buf)], it), rowno=0,
+                                          offset=bom)
+                    return
+            elif quoting:
+                yield from self._slow(itertools.chain([raw, bytes(buf)], it), rowno=rowno, offset=offset)
+                return
+            offset += len(raw)
+            if not block:
+                continue
+            lines = csvblocks.check_block(block, rowno + 1, self._layout(), self.max_line)
+            data = lines.data if self.delim == b"," else lines.data.replace(self.delim, b",")
+            yield from self.writer.lines(data, lines.ends, lines.rows)
+            rowno += lines.count
+        if self.table is None:
+            raise InputRejected(f"{self.source} is empty", field="document", row=0, source=self.source)
+        yield from self.writer.finish(self.table.row)
+
+    def _cut(self, buf: bytearray, eof: bool, rowno: int) -> bytes | None:
+        """Take whole lines off the front of ``buf``: all of it at the end of the input, else up to the last
+        line end; None when no line ends in it yet."""
+        if eof:
+            raw = bytes(buf)
+            buf.clear()
+            return raw
+        cut = buf.rfind(b"\n") + 1 or buf.rfind(b"\r", 0, len(buf) - 1) + 1
+        if not cut:
+            if len(buf) > 4 * self.max_line + 4 or len(buf.decode("utf-8", "ignore")) > self.max_line:
+                raise InputRejected(f"{self.source}: line {rowno + 1} is longer than "
+                                    f"{self.max_line} characters", field="row",
+                                    limit=f"max_line_bytes={self.max_line}", source=self.source)
+            return None
+        raw = bytes(buf[:cut])
+        del buf[:cut]
+        return raw
+
+    def _text(self, raw: bytes, offset: int, first: bool) -> bytes:
+        """``raw`` checked as UTF-8, with CR and CRLF line ends turned into LF and a last LF added."""
         try:
-            row = next(reader)
-        except StopIteration:
-            break
-        except csv.Error as exc:
-            raise InputRejected(f"{source}: row {rowno + 1}: {exc}", field="row", row=rowno + 1,
-                                source=source) from None
-        rowno += 1
-        if not row:
-            continue  # blank line
-        _check_row(row, width, checks, rowno, source)
-        if count == 0:
-            first = rowno
-        data += line(row)
-        count += 1
-        if (rows_per_shard and count >= rows_per_shard) or (bytes_per_shard and len(data) >= bytes_per_shard):
-            if index + 1 > max_shards:
-                raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
-                                    limit=f"max_shards={max_shards}", source=source)
-            yield Shard(index, bytes(data), count, first)
-            index += 1
-            data, count = bytearray(head), 0
-    if count:
-        if index + 1 > max_shards:
-            raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
-                                limit=f"max_shards={max_shards}", source=source)
-        yield Shard(index, bytes(data), count, first)
-    elif index == 0:
-        raise InputRejected(f"{source} has a header but no data rows", field="row", row=2, source=source)
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputRejected(f"{self.source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
+                                field="encoding", source=self.source) from None
+        if first and b"\x00" in raw:
+            raise InputRejected(f"{self.source} contains NUL characters: a binary file, or UTF-16 text without a "
+                                "byte-order mark (save it as UTF-8, or UTF-16 with BOM)", field="encoding",
+                                source=self.source)
+        block = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in raw else raw
+        return block if not block or block.endswith(b"\n") else block + b"\n"
+
+    def _fast_header(self, block: bytes) -> tuple[bytes | None, int]:
+        """Skip comment lines, read the header; (the rest of the block, the header's row number)."""
+        pos, rowno, comment = 0, 1, self.opt.comment.encode()
+        while comment and block.startswith(comment, pos):
+            pos, rowno = block.index(b"\n", pos) + 1, rowno + 1
+        end = block.find(b"\n", pos)
+        line = block[pos:end]
+        if end < 0 or b'"' in line or len(line) + 1 > self.max_line:  # the csv module says what is wrong
+            return None, 0
+        self._start([] if not line else line.decode().split(self.opt.delimiter), rowno)
+        return block[end + 1:], rowno
+
+    def _start(self, header: list[str], rowno: int) -> None:
+        self.table = _header(header, rowno, self.columns, self.source)
+        self.writer = _Writer(_RowText()(self.table.header), self.rows, self.size, self.max_shards, self.source)
+
+    def _layout(self) -> csvblocks.Layout:
+        t = self.table
+        return csvblocks.Layout(len(t.header), self.delim, tuple(t.checks), tuple(self.opt.missing), self.source,
+                                tuple(t.numeric))
+
+    # -- Python's csv module ----------------------------------------------------------------
+    def _slow(self, chunks: Iterable[bytes], rowno: int, offset: int = 0) -> Iterator[Shard]:
+        lines = _decoded_lines(chunks, self.source, self.max_line, first_line=rowno, check_head=rowno == 0,
+                               offset=offset)
+        if self.table is None:
+            lines, rowno = self._skip_comments(lines)
+        reader = csv.reader(lines, strict=True, delimiter=self.opt.delimiter)
+        if self.table is None:
+            try:
+                header = next(reader)
+            except StopIteration:
+                raise InputRejected(f"{self.source} is empty", field="document", row=0, source=self.source) from None
+            except csv.Error as exc:
+                raise InputRejected(f"{self.source}: header: {exc}", field="header", row=rowno + 1,
+                                    source=self.source) from None
+            rowno += 1
+            self._start(header, rowno)
+        yield from self._slow_rows(reader, rowno)
+
+    def _skip_comments(self, lines: Iterator[str]) -> tuple[Iterator[str], int]:
+        if not self.opt.comment:
+            return lines, 0
+        skipped = 0
+        for line in lines:
+            if not line.startswith(self.opt.comment):
+                return itertools.chain([line], lines), skipped
+            skipped += 1
+        return iter(()), skipped
+
+    def _slow_rows(self, reader, rowno: int) -> Iterator[Shard]:
+        t, text = self.table, _RowText()
+        width, missing, numeric = len(t.header), frozenset(self.opt.missing), set(t.numeric)
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                raise InputRejected(f"{self.source}: row {rowno + 1}: {exc}", field="row", row=rowno + 1,
+                                    source=self.source) from None
+            rowno += 1
+            if not row:
+                continue  # blank line
+            _check_row(row, width, t.checks, rowno, self.source, missing)
+            if missing:
+                row = ["NaN" if i in numeric and v in missing else v for i, v in enumerate(row)]
+            yield from self.writer.row(text(row), rowno)
+        yield from self.writer.finish(t.row)
 
 
 class _RowText:

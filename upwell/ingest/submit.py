@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from upwell import names
-from upwell.ingest.ingestor import MANIFEST_NAMES, check_name, is_manifest, job_id_for
+from upwell.ingest.ingestor import MANIFEST_NAMES, check_name, is_manifest, is_manifest_input, job_id_for
 from upwell.storage import Storage
 
 SKIP = {".DS_Store", "Thumbs.db"}
@@ -33,6 +33,117 @@ def _files(path: Path, prefix: str) -> list[tuple[Path, str]]:
     return sorted(pairs, key=lambda p: (p[1].rsplit("/", 1)[-1] in MANIFEST_NAMES or is_manifest(p[1]), p[1]))
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What one manifest will become, worked out before anything is uploaded."""
+
+    blob: str  # the manifest's name under incoming/
+    payload: str
+    pool: str
+    shards: int | None  # None: not known before ingest (data that is already in storage, parquet)
+    node_seconds: float
+    usd: float
+    price_key: str
+    spot: bool
+    budget_usd: float | None
+
+
+def check(storage: Storage | None, paths: list[Path], prefix: str = "", settings=None) -> list[Plan]:
+    """Validate every upload as ingest will: names, manifests (payload, pool, grid, data, budget) and
+    that instrument files match a rule. Raises InputRejected naming the file and field; uploads nothing."""
+    from upwell.settings import Settings
+
+    settings = settings or Settings.from_env()
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    pairs = [pair for path in paths for pair in _files(Path(path), prefix)]
+    uploading = {name: local for local, name in pairs}
+    plans = []
+    for local, name in pairs:
+        check_name(name)
+        if is_manifest(name):
+            plans.append(_plan(storage, local, name, uploading, settings))
+        elif not is_manifest_input(name) and storage is not None:
+            from upwell.ingest.ingestor import Ingestor
+
+            Ingestor(storage, settings).match_rule(name)
+    return plans
+
+
+def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, Path], settings) -> Plan:
+    from upwell.errors import InputRejected
+    from upwell.ingest import manifests
+    from upwell.ingest.ingestor import Ingestor
+
+    definitions = Ingestor(storage, settings).definitions if storage is not None else None
+    m = manifests.load_manifest(local.read_bytes(), f"{names.INCOMING}/{name}",
+                                definitions.names() if definitions else None)
+    spec = definitions.resolve(m.payload) if definitions else None
+    definition = spec.definition if spec else None
+    pool = m.pool or (definition.pool if definition else "cpu")
+    if pool not in settings.pools:
+        raise InputRejected(f"incoming/{name}: pool {pool!r} is not configured; pools: {sorted(settings.pools)}",
+                            field="pool")
+    if m.image and m.image not in settings.image_allowlist:
+        raise InputRejected(f"incoming/{name}: image {m.image!r} is not on the allowlist", field="image")
+    if m.data:
+        points = manifests.grid_points(m.model_copy(update={"grid": {}}), settings.max_shards,
+                                       settings.max_param_bytes, definition)
+        shards = _data_shards(storage, name, m, uploading, settings)
+        points = points[:1] * (shards or 0)
+    else:
+        points = manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition)
+        shards = len(points)
+    price_key = settings.pools[pool].price_key
+    ns, usd = _estimate(storage, m, pool, points, settings)
+    if shards and m.budget_usd is not None and usd > m.budget_usd:
+        raise InputRejected(f"incoming/{name}: estimated cost ${usd:.2f} ({ns:.0f} node-seconds on {price_key}) "
+                            f"exceeds the budget ${m.budget_usd:.2f}", field="budget_usd")
+    return Plan(name, m.payload, pool, shards, ns, usd, price_key, m.spot, m.budget_usd)
+
+
+def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings) -> tuple[float, float]:
+    """(node-seconds, USD) as ingest will estimate them: the pool's price and spot share, node time
+    learned from earlier results where the account has them (upwell.ops.estimate)."""
+    from upwell.ledger import Ledger
+    from upwell.ops import estimate as est
+
+    history = est.learn(Ledger(storage), m.payload, pool) if storage is not None else est.History()
+    e = est.estimate(points, history=history, manifest_s=m.estimate.node_seconds_per_shard,
+                     price_key=settings.pools[pool].price_key, spot_allowed=bool(m.spot),
+                     pool_spot_share=settings.pools[pool].spot_share, ranks=m.resources.ranks, gpus=m.resources.gpus)
+    return e.node_seconds, e.usd
+
+
+def _data_shards(storage: Storage | None, name: str, m, uploading: dict[str, Path], settings) -> int | None:
+    """Shards the manifest's data will make (counted from the local files); each data blob must be
+    among the uploads or already in incoming/."""
+    from upwell.errors import InputRejected
+    from upwell.ingest.sharding import shard_csv
+
+    folder = name.rsplit("/", 1)[0] if "/" in name else ""
+    total: int | None = 0
+    for i, ref in enumerate(m.data):
+        blob = ref[len(names.INCOMING) + 1:] if ref.startswith(f"{names.INCOMING}/") else \
+            f"{folder}/{ref}".lstrip("/").replace("//", "/")
+        local = uploading.get(blob)
+        if local is None:
+            if storage is None or not storage.exists(f"{names.INCOMING}/{blob}"):
+                raise InputRejected(f"incoming/{name}: data[{i}] {ref!r} is neither among the files being "
+                                    f"uploaded nor in incoming/ (looked for incoming/{blob})", field=f"data[{i}]")
+            total = None
+            continue
+        if total is not None and not blob.endswith(".parquet"):
+            with open(local, "rb") as fh:
+                chunks = iter(lambda: fh.read(1 << 20), b"")
+                total += sum(1 for _ in shard_csv(chunks, source=f"{names.INCOMING}/{blob}",
+                                                  rows_per_shard=m.shard.rows, bytes_per_shard=m.shard.bytes,
+                                                  max_shards=settings.max_shards))
+        else:
+            total = None
+    return total
+
+
 def submit(storage: Storage, paths: list[Path], prefix: str = "") -> list[Uploaded]:
     if prefix and not prefix.endswith("/"):
         prefix += "/"
@@ -43,8 +154,6 @@ def submit(storage: Storage, paths: list[Path], prefix: str = "") -> list[Upload
             with open(local, "rb") as fh:
                 blob = storage.blob(names.INCOMING, name)
                 props = blob.upload_blob(fh, overwrite=True, metadata={"uploaded_by": uploader()})
-            from upwell.ingest.ingestor import is_manifest_input
-
             job = None if is_manifest_input(name) and not is_manifest(name) else job_id_for(name, props["etag"])
             out.append(Uploaded(local, name, job))
     return out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from upwell import names
 from upwell.ingest.submit import push_rules, submit
+from upwell.local import azurite, owner
 from upwell.local.stack import LocalStack
 
 
@@ -20,6 +21,21 @@ def sample_uploads(samples: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
     if drops.is_dir():
         uploads += [(f, "instruments/buoy/") for f in sorted(drops.glob("*.csv"))]
     return rules, uploads
+
+
+def _own_stack(state: Path, console) -> LocalStack:
+    """The demo's stack: on the default ports when they are free; else on free ports with its own state
+    folder, saying whose stack holds the defaults (never attaching to another stack's Azurite and workers)."""
+    info = owner.owner(azurite.DEFAULT_PORTS[0])
+    busy = info or any(azurite.port_open(p) for p in (*azurite.DEFAULT_PORTS, 7071))
+    if not busy:
+        return LocalStack(state, quiet=True)
+    who = owner.describe(info) if info else "a process that upwell did not start (an Azurite or a host)"
+    blob, queue, table, http = azurite.free_ports(4)
+    console.print(f"the default ports are in use by {who}; the demo runs its own Azurite, host and workers on "
+                  f"ports {blob}/{queue}/{table} and {http}, with its data in {state / 'demo'}", soft_wrap=True,
+                  markup=False)
+    return LocalStack(state / "demo", quiet=True, ports=(blob, queue, table), http_port=http)
 
 
 # How to add a third-party tool a sample's definition runs, by the tool's name on PATH.
@@ -46,11 +62,13 @@ def missing_tool(folder: Path) -> str | None:
 
 
 def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fetch_report) -> int:
-    stack = LocalStack(state, quiet=True)
+    stack = _own_stack(state, console)
+    state = stack.root
     os.environ[names.CONNECTION] = stack.connection_string
     console.print("[bold]upwell demo[/]: starting Azurite and the local Functions host ...")
     try:
         stack.start()
+        owner.claim("demo", state, stack.ports, stack.http_port)
         rules, uploads = sample_uploads(samples)
         for path, _ in list(uploads):
             tool = path.is_dir() and missing_tool(path)
@@ -65,7 +83,7 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
             for up in submit(stack.storage, [path], prefix):
                 if up.job_id:
                     jobs.append(up.job_id)
-                    console.print(f"  submitted incoming/{up.blob} -> job {up.job_id}")
+                    console.print(f"  submitted incoming/{up.blob} -> job {up.job_id}", soft_wrap=True)
         console.print(f"watching {len(jobs)} jobs (workers scale with the queues; logs in {state / 'logs'}) ...")
         final = watch_jobs(jobs, timeout)
         ok = True
@@ -74,7 +92,8 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
             st = final[job]
             if not st.get("reported"):
                 ok = False
-                console.print(f"  [red]{job}: not reported[/] (status {st.get('status')}, {st.get('message') or ''})")
+                console.print(f"  [red]{job}: not reported[/] (status {st.get('status')}, {st.get('message') or ''})",
+                              soft_wrap=True)
                 continue
             path = fetch_report(job, state / "reports")
             console.print(f"  {job} ({st.get('status')}): {path}", soft_wrap=True, markup=False)
@@ -82,3 +101,4 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
     finally:
         console.print("stopping ...")
         stack.stop()
+        owner.release(stack.ports[0])

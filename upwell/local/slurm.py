@@ -50,7 +50,7 @@ def free_port() -> int:
 
 
 def slurm_conf(root: Path, *, ctld_port: int, node_ports: dict[str, int], cpus: int = 2,
-               host: str | None = None, kill_wait_s: int = 5, cluster: str = "upwell") -> str:
+               host: str | None = None, kill_wait_s: int = 5, grace_s: int = 20, cluster: str = "upwell") -> str:
     """slurm.conf for a one-host cluster under ``root``: auth/none, the given ports, no accounting."""
     host = host or socket.gethostname()
     nodes = [f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
@@ -69,8 +69,13 @@ def slurm_conf(root: Path, *, ctld_port: int, node_ports: dict[str, int], cpus: 
         "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none", "ReturnToService=2", f"KillWait={kill_wait_s}",
         "MinJobAge=120", "SlurmdParameters=config_overrides", "SlurmdTimeout=30", "SlurmctldTimeout=30",
+        # A job in `urgent` preempts jobs in `upwell`: SIGCONT + SIGTERM, SIGKILL after GraceTime (as a
+        # site's high-priority partition, or a CycleCloud spot nodearray's eviction, would end an agent).
+        "PreemptType=preempt/partition_prio", "PreemptMode=CANCEL",
         *nodes,
-        "PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
+        f"PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
+        f"GraceTime={grace_s}",
+        "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF", ""])
 
 
 @dataclass

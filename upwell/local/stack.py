@@ -38,6 +38,12 @@ class LocalStack:
         self.env = {**(os.environ if env is None else env), names.CONNECTION: self.connection_string,
                     "UPWELL_STATE_DIR": str(self.root / "pools")}
         self.env.setdefault("UPWELL_SCALE_SCHEDULE", DEFAULT_SCHEDULE)
+        self.env.setdefault("UPWELL_SCALE_ON_INGEST", "1")  # the devhost runs the scale timer beside ingest
+        # Upload to running: an idle local worker asks its queue every 0.25 s, the devhost scans blobs every 0.3 s
+        # (Azurite answers locally; on Azure the agent's default stays 1 s and blob events are pushed).
+        self.env.setdefault("UPWELL_POLL_S", "0.25")
+        self.env.setdefault("UPWELL_WARM_RUNNER", "1")  # Python payloads forked from a pre-imported parent
+        self.blob_poll_s = self.env.get("UPWELL_BLOB_POLL_S", "0.3")
         if not quiet and sys.stderr.isatty():
             self.env.setdefault("UPWELL_LOG_FORMAT", "console")
         self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), self.env.get("PYTHONPATH", "")]))
@@ -58,7 +64,7 @@ class LocalStack:
         out = open(self.root / "logs" / "devhost.log", "ab") if self.quiet else None  # noqa: SIM115
         self.devhost = subprocess.Popen(
             [sys.executable, "-m", "upwell.local.devhost", "--app", "function_app:app", "--host-json",
-             str(REPO / "host.json"), "--port", str(self.http_port)],
+             str(REPO / "host.json"), "--port", str(self.http_port), "--poll-interval", self.blob_poll_s],
             cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT if out else None,
             stdin=subprocess.DEVNULL, start_new_session=True)
         if out:

@@ -57,6 +57,15 @@ def _text(name: str, p: Param, value: Any) -> str | None:
     return None
 
 
+def did_you_mean(wrong: str, known: list[str]) -> str:
+    """'; did you mean steps?' for a misspelt name close to a known one, else '; known: ...'."""
+    import difflib
+
+    close = [k for k in known if k.startswith(wrong) or wrong.startswith(k)] or \
+        difflib.get_close_matches(wrong, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else f"; known: {', '.join(sorted(known))}"
+
+
 def check_value(name: str, p: Param, value: Any) -> str | None:
     """An error message for one value, or None when it is valid."""
     if p.type in ("int", "float"):
@@ -75,8 +84,8 @@ def validate(definition: Definition, params: dict[str, Any], *, where: str = "pa
         _builtin_model(definition, params, where)
     unknown = sorted(set(params) - set(definition.params))
     if unknown:
-        raise InputRejected(f"{where}.{unknown[0]}: {definition.name} has no param {unknown[0]!r}; "
-                            f"known: {sorted(definition.params)}", field=f"{where}.{unknown[0]}")
+        raise InputRejected(f"{where}.{unknown[0]}: {definition.name} has no param {unknown[0]!r}"
+                            f"{did_you_mean(unknown[0], list(definition.params))}", field=f"{where}.{unknown[0]}")
     out: dict[str, Any] = {}
     for name, p in definition.params.items():
         if name not in params:
@@ -102,5 +111,7 @@ def _builtin_model(definition: Definition, values: dict[str, Any], where: str) -
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ".".join(str(p) for p in err.get("loc", ())) or "params"
-        raise InputRejected(f"{where}.{name}: {err['msg']}", field=f"{where}.{name}") from None
+        hint = did_you_mean(str(err["loc"][-1]), list(model.model_fields)) \
+            if err.get("type") == "extra_forbidden" and err.get("loc") else ""
+        raise InputRejected(f"{where}.{name}: {err['msg']}{hint}", field=f"{where}.{name}") from None
     return values

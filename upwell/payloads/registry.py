@@ -18,7 +18,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from packaging.version import InvalidVersion, Version
 
 from upwell import REPO, names
-from upwell.errors import InputRejected
+from upwell.errors import InputRejected, NotFound
 from upwell.payloads.validate import Loaded, load
 
 BUILTIN_DIR = REPO / "payloads"
@@ -99,7 +99,7 @@ class Registry:
         try:
             found = [b.name[len(name) + 1:-5] for b in self.storage.list(names.PAYLOADS, f"{name}/")
                      if b.name.endswith(".yaml") and "/" not in b.name[len(name) + 1:]]
-        except ResourceNotFoundError:
+        except (NotFound, ResourceNotFoundError):  # no payloads container yet: nothing registered
             return []
         return sorted(found, key=_version_key)
 
@@ -108,7 +108,7 @@ class Registry:
             return []
         try:
             return sorted({b.name.split("/", 1)[0] for b in self.storage.list(names.PAYLOADS) if "/" in b.name})
-        except ResourceNotFoundError:
+        except (NotFound, ResourceNotFoundError):  # no payloads container yet: nothing registered
             return []
 
     def names(self) -> list[str]:
@@ -131,8 +131,13 @@ class Registry:
             raise InputRejected(f"{source}: {d.name!r} is a built-in payload; it changes with the app's "
                                 "payloads/ folder, not by push", field="name", source=source)
         path = f"{names.PAYLOADS}/{d.name}/{d.version}.yaml"
-        if self.storage.write(path, data, overwrite=False, content_type="application/yaml",
-                              metadata={"sha256": loaded.sha256.split(":", 1)[1]}):
+        try:
+            created = self.storage.write(path, data, overwrite=False, content_type="application/yaml",
+                                         metadata={"sha256": loaded.sha256.split(":", 1)[1]})
+        except NotFound:
+            raise InputRejected(f"the {names.PAYLOADS} container does not exist: deploy (bicep/) or run "
+                                "`upwell up` first", field="storage", source=source) from None
+        if created:
             return loaded, True
         if load(self.storage.read(path), path, ("*",)).sha256 != loaded.sha256:
             raise InputRejected(f"{source}: {d.name}@{d.version} is already registered with other content; "

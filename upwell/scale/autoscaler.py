@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import asdict
 
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import AzureError, ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from upwell import logs, names
@@ -23,7 +23,7 @@ from upwell.rows import ACTIVE_JOB, JobRow, ShardRow
 from upwell.scale import policy as scaling
 from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
-from upwell.storage import Storage
+from upwell.storage import Storage, storage_error
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.scale.autoscaler")
@@ -150,23 +150,32 @@ class Autoscaler:
 
     # -- storage of state and events ------------------------------------------------------
     def _load_state(self, pool: str) -> scaling.PolicyState:
+        """The policy state of the last run; a missing or unreadable one starts afresh."""
         try:
             row = self.table.get_entity(pool, "state")
             return scaling.PolicyState(**json.loads(row["state"]))
         except (ResourceNotFoundError, KeyError, TypeError, ValueError):
             return scaling.PolicyState()
+        except AzureError as exc:
+            raise storage_error(exc, f"read the scaling state of {pool}") from None
 
     def _save_state(self, pool: str, state: scaling.PolicyState) -> None:
-        self.table.upsert_entity({"PartitionKey": pool, "RowKey": "state", "state": json.dumps(asdict(state))},
-                                 mode=UpdateMode.REPLACE)
+        self._upsert({"PartitionKey": pool, "RowKey": "state", "state": json.dumps(asdict(state))},
+                     f"save the scaling state of {pool}")
+
+    def _upsert(self, entity: dict, what: str) -> None:
+        try:
+            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+        except AzureError as exc:
+            raise storage_error(exc, what) from None
 
     def _record(self, pool: str, d: scaling.Decision, obs: scaling.Observation, status: PoolStatus,
                 message: str) -> None:
-        self.table.upsert_entity({"PartitionKey": pool, "RowKey": now_iso(), "target": d.target,
-                                  "nodes": status.alive, "busy": status.count(NodeState.RUNNING),
-                                  "visible": obs.visible,
-                                  "in_flight": obs.in_flight, "reason": d.reason[:1000], "capped_by": d.capped_by,
-                                  "spot": d.spot, "dedicated": d.dedicated, "message": message[:1000]})
+        self._upsert({"PartitionKey": pool, "RowKey": now_iso(), "target": d.target,
+                      "nodes": status.alive, "busy": status.count(NodeState.RUNNING), "visible": obs.visible,
+                      "in_flight": obs.in_flight, "reason": d.reason[:1000], "capped_by": d.capped_by,
+                      "spot": d.spot, "dedicated": d.dedicated, "message": message[:1000]},
+                     f"record a scaling decision of {pool}")
 
     def _tell_jobs(self, jobs: list[JobRow], message: str) -> None:
         """Put a pool's shortfall (quota, capacity, budget) on the status of its active jobs."""

@@ -8,7 +8,10 @@ The policy, in the order ``decide`` applies it:
 
 1. backlog = visible messages + in-flight shards (running tasks are demand too;
    a queue-length scaler that forgets them scales in under running work);
-2. want = ceil(backlog / tasks_per_node), clamped to [min_nodes, max_nodes];
+2. want = ceil(demand / tasks_per_node), clamped to [min_nodes, max_nodes], where demand is the
+   backlog less the queued tasks the nodes already there will start before a new node could boot
+   (about boot_s / task_s per slot; see ``drain``): a node that boots after the queue emptied only
+   costs its boot and idles. The drain only holds back new nodes, never removes one;
 3. an empty pool starts only once the backlog reaches ``activation_threshold``;
 4. growth is limited to ``max_step`` nodes per evaluation;
 5. the spot share is ``spec.spot_share``, halved while the recent preemption
@@ -151,11 +154,25 @@ def decide(spec: PoolSpec, obs: Observation, state: PolicyState) -> Decision:
     return _settle(spec, obs, state, spot, ded, share, capped_by, message, notes)
 
 
+def drain(spec: PoolSpec, obs: Observation) -> int:
+    """Queued tasks the nodes already there will start before a node asked for now could boot: each slot
+    takes about boot_s / task_s of them in that time. 0 while the task time is unknown."""
+    if not obs.task_s or obs.task_s <= 0 or obs.boot_s <= 0 or obs.nodes <= 0:
+        return 0
+    return int(obs.nodes * max(spec.tasks_per_node, 1) * obs.boot_s / obs.task_s)
+
+
 def _want(spec: PoolSpec, obs: Observation, notes: list[str]) -> tuple[int, str]:
     tpn = max(spec.tasks_per_node, 1)
-    raw = math.ceil(max(obs.backlog, 0) / tpn)
-    want = target(obs.backlog, tpn, spec.min_nodes, spec.max_nodes)
+    covered = min(drain(spec, obs), max(obs.visible, 0))
+    # The drain only holds back new nodes; it never takes away one the backlog would keep.
+    demand = max(max(obs.backlog, 0) - covered, min(max(obs.backlog, 0), obs.nodes * tpn))
+    covered = max(obs.backlog, 0) - demand
+    raw = math.ceil(demand / tpn)
+    want = target(demand, tpn, spec.min_nodes, spec.max_nodes)
     capped_by = "max" if raw > spec.max_nodes else ""
+    if covered:
+        notes.append(f"{covered} queued start on the {obs.nodes} nodes there within a boot")
     notes.append(f"wants {raw}" + (f", max {spec.max_nodes}" if capped_by else ""))
     if obs.nodes == 0 and 0 < obs.backlog < spec.activation_threshold:
         want, capped_by = spec.min_nodes, "activation"

@@ -97,7 +97,7 @@ class State:
     epoch: int = 0
     batch: int = 0
     sums: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    history: dict[str, list[float]] = field(default_factory=lambda: {"loss": [], "accuracy": [],
+    history: dict[str, list[float]] = field(default_factory=lambda: {"loss": [], "accuracy": [], "test_epoch": [],
                                                                      "test_accuracy": [], "test_loss": []})
 
     @property
@@ -164,18 +164,41 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
-def save(ctx: Context, d: Dist, model, opt, st: State) -> int:
-    """Gather every rank's RNG state and running sums; rank 0 writes ckpt/state.pt. Collective."""
+def snapshot(d: Dist, model, opt, st: State) -> bytes | None:
+    """Gather every rank's RNG state and running sums; rank 0 gets ckpt/state.pt's bytes. Collective."""
     import torch
 
     per_rank = d.gather({"rng": rng_state(), "sums": list(st.sums)})
     if d.rank != 0:
-        return 0
+        return None
     doc = {"model": _unwrap(model).state_dict(), "optimizer": opt.state_dict(), "epoch": st.epoch,
            "batch": st.batch, "history": st.history, "ranks": per_rank, "world": d.world}
     buffer = io.BytesIO()
     torch.save(doc, buffer)
-    return save_checkpoint(ctx, STATE_FILE, lambda h: h.write(buffer.getvalue()), marker=st.marker, unit="epoch")
+    return buffer.getvalue()
+
+
+class Writer:
+    """Writes checkpoints in a background thread, one at a time and in order, while training goes on.
+
+    ``wait()`` returns once every checkpoint handed over is on disk (state file, then progress record)."""
+
+    def __init__(self, ctx: Context) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.ctx = ctx
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self.pending = None
+
+    def put(self, data: bytes, marker: dict) -> None:
+        self.wait()
+        self.pending = self.pool.submit(save_checkpoint, self.ctx, STATE_FILE, lambda h: h.write(data),
+                                        marker=marker, unit="epoch")
+
+    def wait(self) -> None:
+        if self.pending is not None:
+            self.pending.result()
+            self.pending = None
 
 
 def restore(ctx: Context, d: Dist, model, opt) -> tuple[State, dict | None]:
@@ -214,18 +237,30 @@ def evaluate(model, X, y) -> tuple[float, float]:
 
 @dataclass
 class Clock:
-    """This attempt's accounting: optimizer-step time and samples, checkpoint time, the loop's wall time."""
+    """This attempt's accounting: optimizer-step time and samples, checkpoint time (the loop's share:
+    the snapshot, and waiting for the writer), the loop's wall time; and the checkpoint writer."""
 
     train_s: float = 0.0
     samples: int = 0
     written: int = 0
     checkpoint_s: float = 0.0
     loop_s: float = 0.0
+    writer: Writer | None = None
 
-    def save(self, ctx: Context, d: Dist, model, opt, st: State) -> None:
+    def save(self, ctx: Context, d: Dist, model, opt, st: State, *, wait: bool = False) -> None:
         started = time.perf_counter()
-        self.written += bool(save(ctx, d, model, opt, st))
+        data = snapshot(d, model, opt, st)
+        if data is not None:
+            self.writer = self.writer or Writer(ctx)
+            self.writer.put(data, st.marker)
+            self.written += 1
+        if wait:
+            self.flush()
         self.checkpoint_s += time.perf_counter() - started
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.wait()
 
 
 def train_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, stop, clock: Clock) -> bool:
@@ -236,7 +271,7 @@ def train_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, stop,
     plan = batches(len(Xtr), p, st.epoch, d)
     while st.batch < len(plan):
         if d.sum([1.0 if stop else 0.0])[0] > 0:
-            clock.save(ctx, d, model, opt, st)
+            clock.save(ctx, d, model, opt, st, wait=True)
             return False
         started = time.perf_counter()
         idx = plan[st.batch]
@@ -255,14 +290,20 @@ def train_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, stop,
     return True
 
 
-def end_epoch(ctx, d: Dist, model, opt, st: State, data, clock: Clock) -> None:
+def end_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, clock: Clock) -> None:
+    """Record the epoch; evaluate and checkpoint at the cadence the parameters ask for (and after the last)."""
     loss_sum, correct, seen = d.sum(st.sums)
-    test_loss, test_acc = evaluate(_unwrap(model), data[2].to(d.device), data[3].to(d.device))
-    for key, value in (("loss", loss_sum / seen), ("accuracy", correct / seen), ("test_loss", test_loss),
-                       ("test_accuracy", test_acc)):
-        st.history[key].append(value)
-    st.epoch, st.batch, st.sums = st.epoch + 1, 0, [0.0, 0.0, 0.0]
-    clock.save(ctx, d, model, opt, st)
+    st.history["loss"].append(loss_sum / seen)
+    st.history["accuracy"].append(correct / seen)
+    epoch, last = st.epoch + 1, st.epoch + 1 == p.epochs
+    if last or (p.eval_every and epoch % p.eval_every == 0):
+        test_loss, test_acc = evaluate(_unwrap(model), data[2].to(d.device), data[3].to(d.device))
+        st.history.setdefault("test_epoch", []).append(epoch)
+        st.history["test_loss"].append(test_loss)
+        st.history["test_accuracy"].append(test_acc)
+    st.epoch, st.batch, st.sums = epoch, 0, [0.0, 0.0, 0.0]
+    if last or epoch % p.checkpoint_every == 0:
+        clock.save(ctx, d, model, opt, st)
 
 
 def setup(ctx: Context, d: Dist, p: TrainParams):
@@ -286,6 +327,7 @@ def metrics(ctx: Context, d: Dist, p: TrainParams, model, st: State, clock: Cloc
     h = st.history
     return {"completed": done, "epochs": p.epochs, "epoch": st.epoch, "loss": h["loss"], "accuracy": h["accuracy"],
             "test_accuracy_history": h["test_accuracy"], "test_loss_history": h["test_loss"],
+            "test_epochs": h.get("test_epoch", []),
             "test_accuracy": h["test_accuracy"][-1] if h["test_accuracy"] else None,
             "test_loss": h["test_loss"][-1] if h["test_loss"] else None,
             "samples_per_second": samples / clock.train_s if clock.train_s > 0 else None, "train_s": clock.train_s,
@@ -312,7 +354,8 @@ def main(ctx: Context) -> int:
         if not train_epoch(ctx, d, p, model, opt, st, data, stop, clock):
             done = False
             break
-        end_epoch(ctx, d, model, opt, st, data, clock)
+        end_epoch(ctx, d, p, model, opt, st, data, clock)
+    clock.flush()
     clock.loop_s = time.perf_counter() - started
     m = metrics(ctx, d, p, model, st, clock, resumed, done)
     if d.rank == 0:

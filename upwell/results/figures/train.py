@@ -35,7 +35,8 @@ def sections(results: list[dict], fetch: Fetch) -> list[Section]:
         m = metrics_of(doc)
         loss, acc = _curve(m, "loss"), _curve(m, "test_accuracy_history")
         line = left.plot(range(1, len(loss) + 1), loss, ".-", label=label(doc, keys))[0]
-        right.plot(range(1, len(acc) + 1), acc, ".-", color=line.get_color())
+        at = m.get("test_epochs") or range(1, len(acc) + 1)  # evaluated epochs (eval_every)
+        right.plot(list(at)[:len(acc)], acc, ".-", color=line.get_color())
     left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set(xlabel="epoch", ylabel="training loss", yscale="log", title="Loss per configuration")
     left.legend(fontsize="small")

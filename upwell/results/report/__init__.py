@@ -43,7 +43,7 @@ def build_report(job: dict, shards: list[dict], results: list[dict], scale_event
     views = merge([s for s in shards or () if isinstance(s, dict)], results)
     summary = summarize(job, views, results, events, table)
     figures = _Figures()
-    points = scale_points(events)
+    points = scale_points(events, views)
     t0, now, span = _time_frame(views, points)
     timeline = scaling = None
     if t0 is not None:

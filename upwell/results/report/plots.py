@@ -82,8 +82,12 @@ def scaling_png(points: list[dict], t0: datetime, span_s: float) -> bytes | None
             mine = [p for p in points if p["pool"] == pool]
             xs = [(p["ts"] - t0).total_seconds() / div for p in mine]
             back = ax.twinx()
-            back.fill_between(xs, [p["backlog"] for p in mine], step="post", color="#c9d6e8", alpha=0.6,
-                              label="backlog (queued + running)", linewidth=0)
+            job = [p.get("job_backlog", p["backlog"]) for p in mine]
+            back.fill_between(xs, job, step="post", color="#c9d6e8", alpha=0.6,
+                              label="this job's backlog (queued + running)", linewidth=0)
+            if any(p["backlog"] != b for p, b in zip(mine, job, strict=True)):
+                back.step(xs, [p["backlog"] for p in mine], where="post", color="#8a9bb0", linestyle=":",
+                          linewidth=1.2, label="pool backlog (all jobs)")
             back.set_ylabel("backlog (shards)", color="#5b6b7d")
             back.grid(False)
             back.spines["right"].set_visible(True)

@@ -6,6 +6,7 @@ The HTML report renders this same dict, so the two never disagree.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from datetime import UTC, datetime
@@ -39,7 +40,7 @@ def summarize(job: dict, views: list[ShardView], results: list[dict], scale_even
         "cost": cost_summary(job, views, prices),
         "failures": failures(views),
         "checkpoints": checkpoints(views),
-        "scaling": scaling(scale_events),
+        "scaling": scaling(scale_events, views),
         "provenance": provenance(job, views),
         "shards": [shard_row(v, shard_cost(v, job, prices)) for v in views],
     }
@@ -219,8 +220,14 @@ def checkpoints(views: list[ShardView]) -> dict:
             "saved_estimated": any(r["saved_how"] == "estimated" for r in rows), "shards": rows}
 
 
-def scale_points(events: list[dict]) -> list[dict]:
-    """Scale events with parsed times, in time order; events without a readable time are dropped."""
+def scale_points(events: list[dict], views: list[ShardView] = ()) -> list[dict]:
+    """Scale events with parsed times, in time order; events without a readable time are dropped.
+
+    With the job's shards (``views``), each point also carries this job's backlog (its shards queued or
+    running) and the workers running its shards, and a point is added wherever one of its shards starts
+    or ends (``decision`` False), so the nodes line follows the workers between the timer's records. A
+    pool has at least as many nodes as run this job's shards: a record taken just before the pool grew
+    (nodes 0 at the first decision) is corrected by that."""
     out = []
     for e in events or ():
         ts = parse_ts(e.get("ts")) if isinstance(e, dict) else None
@@ -230,26 +237,65 @@ def scale_points(events: list[dict]) -> list[dict]:
         out.append({"pool": str(e.get("pool") or "?"), "ts": ts, "target": cost.to_float(e.get("target")),
                     "nodes": cost.to_float(e.get("nodes")), "visible": visible, "in_flight": in_flight,
                     "backlog": visible + in_flight, "reason": str(e.get("reason") or ""),
-                    "capped_by": str(e.get("capped_by") or ""), "message": str(e.get("message") or "")})
-    return sorted(out, key=lambda p: p["ts"])
+                    "capped_by": str(e.get("capped_by") or ""), "message": str(e.get("message") or ""),
+                    "decision": True})
+    out.sort(key=lambda p: p["ts"])
+    views = list(views or ())
+    if views:
+        out = _with_shard_changes(out, views)
+        for p in out:
+            p["job_backlog"], workers = _job_load(views, p["ts"])
+            p["job_workers"] = float(workers)
+            p["nodes"] = max(p["nodes"] or 0.0, float(workers))
+    return out
 
 
-def scaling(events: list[dict]) -> dict:
-    points = scale_points(events)
+def _job_load(views: list[ShardView], ts: datetime) -> tuple[float, int]:
+    """(this job's shards queued or running at ts, distinct nodes running them at ts)."""
+    def before_end(v: ShardView) -> bool:
+        return v.finished is None or ts < v.finished
+
+    backlog = sum(1 for v in views if v.queued is not None and v.queued <= ts and before_end(v))
+    nodes = {v.node for v in views if v.node and v.started is not None and v.started <= ts and before_end(v)}
+    return float(backlog), len(nodes)
+
+
+def _with_shard_changes(points: list[dict], views: list[ShardView]) -> list[dict]:
+    """Add a point (carrying the pool's last recorded state) wherever a shard of the job starts or ends."""
+    pools = {p["pool"] for p in points} or {v.pool for v in views if v.pool}
+    times = sorted({t for v in views for t in (v.started, v.finished) if t is not None})
+    extra = []
+    for pool in pools:
+        mine = [p for p in points if p["pool"] == pool]
+        stamps = [p["ts"] for p in mine]
+        for ts in times:
+            i = bisect.bisect_right(stamps, ts)
+            base = dict(mine[i - 1]) if i else {"pool": pool, "target": None, "nodes": None, "visible": 0.0,
+                                                "in_flight": 0.0, "backlog": 0.0}
+            extra.append({**base, "ts": ts, "reason": "", "capped_by": "", "message": "", "decision": False})
+    return sorted(points + extra, key=lambda p: p["ts"])
+
+
+def scaling(events: list[dict], views: list[ShardView] = ()) -> dict:
+    points = scale_points(events, views)
     pools: dict[str, dict] = {}
     notable, last_target = [], {}
     for p in points:
         s = pools.setdefault(p["pool"], {"events": 0, "max_target": 0.0, "max_nodes": 0.0, "max_backlog": 0.0,
-                                         "capped": 0})
+                                         "max_pool_backlog": 0.0, "capped": 0})
+        s["max_nodes"] = max(s["max_nodes"], p["nodes"] or 0.0)
+        # "max backlog" is this job's (its shards queued or running); the pool's, other jobs included, apart.
+        s["max_backlog"] = max(s["max_backlog"], p.get("job_backlog", p["backlog"]))
+        s["max_pool_backlog"] = max(s["max_pool_backlog"], p["backlog"])
+        if not p["decision"]:
+            continue
         s["events"] += 1
         s["max_target"] = max(s["max_target"], p["target"] or 0.0)
-        s["max_nodes"] = max(s["max_nodes"], p["nodes"] or 0.0)
-        s["max_backlog"] = max(s["max_backlog"], p["backlog"])
         s["capped"] += bool(p["capped_by"])
         if p["target"] != last_target.get(p["pool"]) or p["capped_by"] or p["message"]:
-            notable.append({**p, "ts": iso(p["ts"])})
+            notable.append({k: v for k, v in p.items() if k != "decision"} | {"ts": iso(p["ts"])})
         last_target[p["pool"]] = p["target"]
-    return {"events": len(points), "pools": pools, "notable": notable[:MAX_EVENTS],
+    return {"events": sum(1 for p in points if p["decision"]), "pools": pools, "notable": notable[:MAX_EVENTS],
             "notable_omitted": max(len(notable) - MAX_EVENTS, 0)}
 
 

@@ -21,11 +21,15 @@ to drain (so that a second scale run does not count them twice).
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
+import socket
 import subprocess
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
@@ -97,11 +101,7 @@ class RestDriver:
         self.url, self.user, self.token_env, self.timeout_s = url, user, token_env, timeout_s
         self.env = env
 
-    def _connection(self):
-        import http.client
-        import socket
-        from urllib.parse import urlsplit
-
+    def _connection(self) -> http.client.HTTPConnection:
         if self.url.startswith("unix:"):
             path, timeout = self.url[len("unix:"):], self.timeout_s
 
@@ -117,8 +117,6 @@ class RestDriver:
         return cls(parts.hostname, parts.port, timeout=self.timeout_s)
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        import os
-
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         env = self.env if self.env is not None else os.environ
         if self.user:
@@ -217,8 +215,9 @@ class SlurmPool(WorkerPool):
     def jobs(self) -> list[build.SlurmJob]:
         return self.driver.jobs(self.spec)
 
-    def job_state(self, job: build.SlurmJob, busy: Collection[str]) -> NodeState:
-        """One job's node state: Slurm's state, refined for a running job by the agent and the ledger."""
+    def job_state(self, job: build.SlurmJob, busy: Busy) -> NodeState:
+        """One job's node state: Slurm's state, refined for a running job by the agent's state file and
+        the ledger's busy set. With neither (no file, ``busy`` None) a running agent counts as busy."""
         state = self.node_state(job.state)
         if state is not NodeState.IDLE:
             return state
@@ -228,7 +227,7 @@ class SlurmPool(WorkerPool):
         if agent == "running":
             return NodeState.RUNNING
         # The agent's own word is the freshest; the ledger says "running" until collect has run.
-        if agent is None and build.node_id(self.spec.name, job.job_id) in busy:
+        if agent is None and (busy is None or build.node_id(self.spec.name, job.job_id) in busy):
             return NodeState.RUNNING
         return NodeState.IDLE
 
@@ -243,9 +242,8 @@ class SlurmPool(WorkerPool):
         return sent is not None and time.monotonic() - sent < DRAIN_S
 
     def _observe(self, busy: Busy) -> tuple[list[build.SlurmJob], dict[str, NodeState]]:
-        # Without the ledger's busy set (None) the agents' state files still protect busy agents.
         jobs = [j for j in self.jobs() if j.state not in FINISHED]
-        return jobs, {j.job_id: self.job_state(j, busy or ()) for j in jobs}
+        return jobs, {j.job_id: self.job_state(j, busy) for j in jobs}
 
     def status(self, *, busy: Busy = None) -> PoolStatus:
         jobs, nodes = self._observe(busy)
@@ -255,8 +253,9 @@ class SlurmPool(WorkerPool):
                         or (j.state == "NODE_FAIL" and build.is_spot(self.spec, j.partition)))
         pending = [j for j in alive if nodes[j.job_id] is NodeState.PENDING and j.reason not in _ROUTINE]
         message = f"{len(pending)} agent job(s) pending: {pending[0].reason}" if pending else ""
-        return PoolStatus(self.spec.name, target=len(alive), nodes={f"slurm-{j.job_id}": nodes[j.job_id] for j in jobs},
-                          spot=spot, dedicated=len(alive) - spot, preempted=preempted, message=message)
+        by_node = {build.node_id(self.spec.name, j.job_id): nodes[j.job_id] for j in jobs}  # the agents' node ids
+        return PoolStatus(self.spec.name, target=len(alive), nodes=by_node, spot=spot, dedicated=len(alive) - spot,
+                          preempted=preempted, message=message)
 
     # -- action ----------------------------------------------------------------------
     def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
@@ -312,8 +311,6 @@ class SlurmPool(WorkerPool):
 
     def _rest_env(self, spot: bool) -> dict[str, str]:
         """What sbatch would have exported for the agent: PATH, the storage settings, the agent's own."""
-        import os
-
         source = self.env if self.env is not None else os.environ
         env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
         env.update({k: v for k, v in source.items() if k == names.CONNECTION

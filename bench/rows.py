@@ -1,0 +1,95 @@
+"""Turn each benchmark's JSON into rows of one table: measure, figure, baseline, ratio, goal.
+
+A goal is ``(">=", 0.5)`` or ``("<=", 0.7)``; ``met`` says whether the ratio reaches it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+
+def _row(measure: str, figure: str, baseline: str, ratio: float | None, goal: tuple[str, float] | None) -> dict:
+    met = None
+    if goal is not None and ratio is not None:
+        met = ratio >= goal[1] if goal[0] == ">=" else ratio <= goal[1]
+    return {"measure": measure, "figure": figure, "baseline": baseline, "ratio": ratio,
+            "goal": f"{goal[0]} {goal[1]:g}" if goal else "", "met": met}
+
+
+def _pipeline(f: dict) -> list[dict]:
+    p, i = f["pipeline"], f["ingest"]
+    calls = f" ({p['storage_calls_per_item']:.1f} storage calls/item)" if "storage_calls_per_item" in p else ""
+    return [_row("pipeline items/s ÷ bare Azurite send+receive+delete", f"{p['items_per_s']:.2f}/s{calls}",
+                 f"{p['bare_msg_per_s']:.1f}/s", p["ratio"], (">=", 0.5)),
+            _row(f"ingest MB/s ÷ plain blob read ({i['mb']} MB CSV)", f"{i['mb_per_s']:.1f} MB/s",
+                 f"{i['plain_mb_per_s']:.1f} MB/s", i["ratio"], (">=", 0.5))]
+
+
+def _heat(f: dict) -> list[dict]:
+    bw, rk = f["bandwidth"], f["ranks"]
+    kernel = f", {bw['kernel']} kernel" if "kernel" in bw else ""
+    return [_row(f"heat stencil GB/s ÷ numpy copy ({bw['n']}²{kernel})", f"{bw['stencil_GBps']:.2f} GB/s",
+                 f"{bw['copy_GBps']:.2f} GB/s", bw["stencil_over_copy"], (">=", 0.5)),
+            _row(f"heat-mpi 2 ranks ÷ 1 rank ({rk['nx']}², identical: {rk['fields_identical']})",
+                 f"{rk['cells_per_second_2']:.3g} cells/s", f"{rk['cells_per_second_1']:.3g} cells/s",
+                 rk["speedup_2_over_1"], None)]
+
+
+def _train(f: dict) -> list[dict]:
+    r = f["ratios"]
+    best = {k: max(x[k] for x in f["payload"]) for k in ("loop", "step")}
+    bare = {k: max(x[k] for x in f["bare"]) for k in ("loop", "step")}
+    # Each loop over its own optimizer steps: what the payload adds around the steps, robust to a machine
+    # whose load changes between the two runs.
+    own = (best["loop"] / best["step"]) / (bare["loop"] / bare["step"])
+    return [_row("train-torch loop ÷ bare loop", f"{best['loop']:,.0f} samples/s", f"{bare['loop']:,.0f} samples/s",
+                 r["loop"], (">=", 0.95)),
+            _row("train-torch (loop ÷ steps) ÷ bare (loop ÷ steps)", f"{best['loop'] / best['step']:.3f}",
+                 f"{bare['loop'] / bare['step']:.3f}", own, (">=", 0.95)),
+            _row("train-torch steps ÷ bare steps", f"{best['step']:,.0f} samples/s", f"{bare['step']:,.0f} samples/s",
+                 r["step"], None)]
+
+
+def _scaling(f: dict) -> list[dict]:
+    out = []
+    for trace, per in f["ratios"].items():
+        v = per["batch-formula"]["cxm"]
+        out.append(_row(f"autoscaling cost×makespan ÷ Batch formula, {trace}",
+                        f"median of {len(v)} seeds", f"[{min(v):.2f}-{max(v):.2f}]", statistics.median(v),
+                        ("<=", 0.7)))
+    for trace, per in f.get("clairvoyant", {}).items():
+        for policy, v in ((p, v) for p, v in per.items() if p in ("upwell", "batch-formula")):
+            out.append(_row(f"{policy} cost×makespan ÷ clairvoyant bound, {trace}", f"median of {len(v)} seeds",
+                            f"[{min(v):.2f}-{max(v):.2f}]", statistics.median(v), None))
+    return out
+
+
+def _latency(f: dict) -> list[dict]:
+    s = f["upload_to_start_s"]
+    return [_row(f"upload → shard started, warm pool, median of {len(s)} (s)", f"{statistics.median(s):.2f} s",
+                 f"p90 {sorted(s)[int(0.9 * (len(s) - 1))]:.2f} s", statistics.median(s), ("<=", 2.0)),
+            _row("upload → shard started, cold pool (s)", f"{f['cold_s']:.2f} s", "", f["cold_s"], None)]
+
+
+ROWS: dict[str, Callable[[dict], list[dict]]] = {"pipeline": _pipeline, "heat": _heat, "train": _train,
+                                                  "scaling": _scaling, "latency": _latency}
+
+
+def rows(name: str, figures: dict | None) -> list[dict]:
+    if figures is None:
+        return [_row(f"{name}: FAILED (see its log)", "", "", None, None)]
+    fn = ROWS.get(name)
+    return fn(figures) if fn else []
+
+
+def render(table: list[dict], summary: dict) -> str:
+    w = max(len(r["measure"]) for r in table) if table else 10
+    head = f"{'measure':<{w}}  {'upwell':>28}  {'baseline':>18}  {'ratio':>7}  {'goal':>7}  met"
+    lines = [f"upwell bench  {summary['time']}  load {summary['load_before']} -> {summary['load_after']}", head,
+             "-" * len(head)]
+    for r in table:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        met = {True: "yes", False: "no", None: ""}[r["met"]]
+        lines.append(f"{r['measure']:<{w}}  {r['figure']:>28}  {r['baseline']:>18}  {ratio:>7}  {r['goal']:>7}  {met}")
+    return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""Commands on one job after it is in: cancel, rerun, delete, prune, logs.
+
+Every JOB argument takes a job id, a unique start of one, a job name, or the path it was uploaded to.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+
+from upwell import names
+from upwell.errors import UpwellError
+
+console = Console()
+err = Console(stderr=True)
+
+
+def resolve(storage, text: str) -> str:
+    """The job id that ``text`` means; a clear message and exit 1 when there is none."""
+    from upwell.lifecycle.find import NoSuchJob, find_job
+
+    try:
+        found = find_job(storage, text)
+    except NoSuchJob as exc:
+        err.print(f"[red]{exc}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
+    if found.job_id != text:
+        err.print(f"job {found.job_id}" + (f" ({found.note})" if found.note else ""), soft_wrap=True,
+                  markup=False)
+    return found.job_id
+
+
+def _storage():
+    from upwell.cli.pipeline import _storage as storage
+
+    return storage()
+
+
+def _fail(exc: UpwellError) -> None:
+    err.print(f"[red]{exc}[/]", soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def cancel(job: str = typer.Argument(..., help="job id, name or upload path"),
+           wait: float = typer.Option(60.0, help="seconds to wait for running shards to checkpoint and stop")) -> None:
+    """Stop a job: no more dispatch, its queued messages drained, running shards checkpoint and stop."""
+    from upwell.lifecycle.cancel import cancel_job
+
+    storage = _storage()
+    job_id = resolve(storage, job)
+    try:
+        c = cancel_job(storage, job_id, wait_s=wait)
+    except UpwellError as exc:
+        _fail(exc)
+    console.print(f"cancelled {job_id}: {c.queued} queued shard(s) cancelled, {c.drained} message(s) drained, "
+                  f"{c.running - c.still_running} of {c.running} running shard(s) checkpointed and stopped",
+                  soft_wrap=True, markup=False)
+    if c.still_running:
+        console.print(f"{c.still_running} shard(s) still stopping; `upwell status {job_id}` shows when they have",
+                      soft_wrap=True, markup=False)
+
+
+def rerun(job: str = typer.Argument(..., help="job id, name or upload path"),
+          failed: bool = typer.Option(False, "--failed", help="only the failed shards"),
+          shard: list[str] = typer.Option(None, "--shard", help="this shard (repeatable)"),
+          everything: bool = typer.Option(False, "--all", help="every shard, the succeeded ones too")) -> None:
+    """Re-run a job's shards: by default every one that did not succeed (failed or cancelled)."""
+    from upwell.lifecycle.rerun import rerun_job
+
+    if sum(map(bool, (failed, shard, everything))) > 1:
+        err.print("[red]give one of --failed, --shard, --all[/]")
+        raise typer.Exit(2)
+    storage = _storage()
+    job_id = resolve(storage, job)
+    try:
+        again = rerun_job(storage, job_id, failed=failed, shard_ids=shard or None, everything=everything)
+    except UpwellError as exc:
+        _fail(exc)
+    if not again:
+        console.print(f"nothing to re-run in {job_id}", soft_wrap=True, markup=False)
+        return
+    console.print(f"re-running {len(again)} shard(s) of {job_id}: {', '.join(again[:20])}"
+                  f"{' ...' if len(again) > 20 else ''}", soft_wrap=True, markup=False)
+
+
+def delete(job: str = typer.Argument(..., help="job id, name or upload path"),
+           force: bool = typer.Option(False, "--force", help="cancel the job first if it is still running")) -> None:
+    """Remove a job's blobs (shards, checkpoints, results, report, its upload) and its ledger rows."""
+    from upwell.lifecycle.cleanup import delete_job
+
+    storage = _storage()
+    job_id = resolve(storage, job)
+    try:
+        d = delete_job(storage, job_id, force=force)
+    except UpwellError as exc:
+        _fail(exc)
+    console.print(f"deleted {job_id}: {d.blobs} blob(s), {d.rows} row(s)", soft_wrap=True, markup=False)
+
+
+def prune(older_than: str = typer.Option(..., "--older-than", help="age such as 30d, 12h, 90m"),
+          dry_run: bool = typer.Option(False, "--dry-run", help="list what would go, remove nothing")) -> None:
+    """Delete every ended job (succeeded, failed, rejected, cancelled) older than the given age."""
+    from upwell.lifecycle.cleanup import parse_age
+    from upwell.lifecycle.cleanup import prune as do_prune
+
+    try:
+        gone = do_prune(_storage(), parse_age(older_than), dry_run=dry_run)
+    except UpwellError as exc:
+        _fail(exc)
+    for d in gone:
+        console.print(f"{'would delete' if dry_run else 'deleted'} {d.job_id}"
+                      + ("" if dry_run else f" ({d.blobs} blobs, {d.rows} rows)"), soft_wrap=True, markup=False)
+    console.print(f"{len(gone)} job(s) {'would be ' if dry_run else ''}pruned", markup=False)
+
+
+def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
+         shard: str = typer.Argument(..., help="shard id, e.g. s00003")) -> None:
+    """Print a shard's payload.log (its latest attempt)."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    storage = _storage()
+    job_id = resolve(storage, job)
+    try:
+        data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/payload.log")
+    except ResourceNotFoundError:
+        err.print(f"[red]no log for {job_id}/{shard} yet[/] (results/{job_id}/{shard}/payload.log): the shard has "
+                  "not finished an attempt, or there is no such shard", soft_wrap=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write(data.decode(errors="replace"))
+    sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (cancel, rerun, delete, prune, logs):
+        app.command()(fn)
