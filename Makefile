@@ -54,7 +54,7 @@ lint: install
 	$(BIN)/ruff check .
 
 bench: install
-	$(BIN)/python bench/run_all.py
+	@$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf .upwell .pytest_cache .ruff_cache

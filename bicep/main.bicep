@@ -139,6 +139,8 @@ param functionBlobAlwaysReady int = 0
 
 @description('NCRONTAB schedule of the scale function.')
 param scaleSchedule string = '*/30 * * * * *'
+@description('NCRONTAB schedule of the reconciler timer (missed, dead-lettered and poisoned events).')
+param reconcileSchedule string = '0 */5 * * * *'
 
 param maxUploadBytes int = 268435456
 param maxShards int = 10000
@@ -547,6 +549,7 @@ var functionAppSettings = {
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD;ClientId=${identity.outputs.functionClientId}'
   UPWELL_POOLS: string(upwellPools)
   UPWELL_SCALE_SCHEDULE: scaleSchedule
+  UPWELL_RECONCILE_SCHEDULE: reconcileSchedule
   UPWELL_MAX_UPLOAD_BYTES: string(maxUploadBytes)
   UPWELL_MAX_SHARDS: string(maxShards)
   UPWELL_MAX_MESSAGE_BYTES: string(maxMessageBytes)

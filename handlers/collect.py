@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import azure.functions as func
+import azurefunctions.extensions.bindings.blob as blob_sdk
 
 from handlers import context
 from upwell import names
@@ -12,8 +13,8 @@ bp = func.Blueprint()
 
 
 @bp.function_name("collect")
-@bp.blob_trigger(arg_name="blob", path=f"{names.RESULTS}/{{name}}", connection=names.CONNECTION,
+@bp.blob_trigger(arg_name="client", path=f"{names.RESULTS}/{{name}}", connection=names.CONNECTION,
                  source=func.BlobSource.EVENT_GRID)
-def collect(blob: func.InputStream) -> None:
-    name = context.blob_name(blob.name, names.RESULTS)
+def collect(client: blob_sdk.BlobClient) -> None:
+    name = client.blob_name
     context.settle("collect", lambda: collect_result(context.storage(), name))

@@ -49,7 +49,3 @@ def reset() -> None:
     settings.cache_clear()
     storage.cache_clear()
 
-
-def blob_name(full: str, container: str) -> str:
-    """'<container>/<name>' as the trigger gives it -> '<name>'."""
-    return full.split("/", 1)[1] if full.startswith(f"{container}/") else full

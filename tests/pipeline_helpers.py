@@ -26,7 +26,8 @@ POOLS = {"cpu": {"backend": "local", "max_nodes": 2, "scale_down_votes": 1, "coo
 
 def pipeline_env(monkeypatch, connection: str, state_dir: Path, **extra: str) -> dict[str, str]:
     env = {names.CONNECTION: connection, "UPWELL_STATE_DIR": str(state_dir), "UPWELL_POOLS": json.dumps(POOLS),
-           "UPWELL_SCALE_SCHEDULE": "*/1 * * * * *", "UPWELL_IDLE_EXIT_S": "20", **extra}
+           "UPWELL_SCALE_SCHEDULE": "*/1 * * * * *",
+           "UPWELL_RECONCILE_SCHEDULE": "0 */5 * * * *", "UPWELL_IDLE_EXIT_S": "20", **extra}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     import handlers.context

@@ -153,15 +153,24 @@ def test_pool_keywords_are_explicit():
         make_pool(PoolSpec("x"), state_dri="/tmp")
 
 
-def test_unknown_native_state_is_logged_once(capsys, monkeypatch):
+def test_unknown_native_state_is_logged_once(monkeypatch):
+    import io
+    import sys
+
     from upwell import logs
     from upwell.scale.pools import base
 
-    logs.configure(pretty=False)  # binds the renderer to the captured stderr
-    monkeypatch.setattr(base, "log", logs.get("upwell.scale.pools"))
-    pool = StubPool(PoolSpec("stubby", backend="stub"))
-    assert pool.node_state("Idle") is NodeState.IDLE
-    assert pool.node_state("Hibernating") is NodeState.UNKNOWN
-    assert pool.node_state("hibernating") is NodeState.UNKNOWN
-    err = capsys.readouterr().err
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    logs.configure(pretty=False)  # binds the renderer to the current stderr
+    try:
+        monkeypatch.setattr(base, "log", logs.get("upwell.scale.pools"))
+        pool = StubPool(PoolSpec("stubby", backend="stub"))
+        assert pool.node_state("Idle") is NodeState.IDLE
+        assert pool.node_state("Hibernating") is NodeState.UNKNOWN
+        assert pool.node_state("hibernating") is NodeState.UNKNOWN
+    finally:
+        monkeypatch.undo()
+        logs.configure(pretty=False)  # back to the real stderr for every later test
+    err = out.getvalue()
     assert err.count("pool.unknown_native_state") == 1 and '"native": "Hibernating"' in err

@@ -55,7 +55,14 @@ def sqlite3() -> str:
 
 
 def _cli(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+    try:
+        return CliRunner().invoke(app, list(args), catch_exceptions=False)
+    finally:
+        # Logging configured during the call writes to CliRunner's stream, closed once it returns;
+        # point it back at the real stderr so later tests can log.
+        from upwell import logs
+
+        logs.configure()
 
 
 def test_a_second_tool_by_a_definition_alone(sqlite3, azurite, tmp_path, monkeypatch):

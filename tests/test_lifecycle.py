@@ -164,6 +164,9 @@ def test_delete_removes_blobs_and_rows_and_prune_takes_only_old_jobs(store, tmp_
     _run_all(store, tmp_path, fresh, 1)
     assert ledger.job(old).status == ledger.job(fresh).status == "succeeded"
     assert list(store.list(names.RESULTS, f"{old}/"))
+    code, out = _cli("logs", old, "s00000")  # a succeeded attempt's log is one of its artifacts
+    assert code == 0 and out.startswith("$ "), out
+    assert "payload.log" in json.loads(store.read(f"{names.RESULTS}/{old}/s00000.json"))["artifacts"]
     ledger.update_job(old, finished_at=(datetime.now(UTC) - timedelta(days=40)).isoformat())
 
     code, out = _cli("prune", "--older-than", "30d", "--dry-run")

@@ -92,17 +92,17 @@ def test_worker_killed_mid_shard_message_reappears(store, azurite, tmp_path, mon
 
 
 def test_same_upload_delivered_twice_through_handler_is_one_job(store, azurite, tmp_path, monkeypatch):
-    """Call the real ingest function twice with an azure.functions InputStream (a redelivery)."""
-    import azure.functions as func
+    """Call the real ingest function twice with the SDK-type BlobClient the worker passes (a redelivery)."""
+    from azure.storage.blob import BlobClient
 
     from upwell.local.devhost.app import load_functions
 
     pipeline_env(monkeypatch, azurite.connection_string, tmp_path)
     ingest = {s.name: s for s in load_functions("function_app:app")}["ingest"].func
     job_id = _upload(store, "e2e/twice/job.yaml", SWEEP)
-    data = store.read("incoming/e2e/twice/job.yaml")
+    client = BlobClient.from_connection_string(azurite.connection_string, "incoming", "e2e/twice/job.yaml")
     for _ in range(2):
-        ingest(func.blob.InputStream(data=data, name="incoming/e2e/twice/job.yaml", length=len(data)))
+        ingest(client)
     rows = Ledger(store).shards(job_id)
     assert len(rows) == 4
     queued = store.queue(names.work_queue("cpu")).peek_messages(max_messages=32)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -238,7 +237,9 @@ def test_tail_keeps_the_end():
     assert text.splitlines() == ["995", "996", "997", "998", "999"] and cut > 0
 
 
-def test_hundred_shards_under_three_seconds(job_data):
+def test_hundred_shards_with_failures_make_one_complete_report(job_data):
+    """A hundred shards, six of them failed: every shard counted, every failure listed. (How fast a
+    report builds belongs in bench/, not in a timed test.)"""
     job, _, _, events = job_data
     rows, results = [], []
     for i in range(100):
@@ -247,8 +248,9 @@ def test_hundred_shards_under_three_seconds(job_data):
         rows.append(r)
         if r["status"] == "succeeded":
             results.append(result_doc(r, mean=i / 100, var=i * 0.01, acf=1 - i / 100))
-    build_report(job, rows[:3], results[:3], events, fetch)  # warm imports and fonts
-    start = time.perf_counter()
     files = build_report(job, rows, results, events, fetch)
-    assert time.perf_counter() - start < 3.0
-    assert json.loads(files["summary.json"])["counts"]["shards_total"] == 100
+    counts = json.loads(files["summary.json"])["counts"]
+    assert counts["shards_total"] == 100
+    assert (counts["succeeded"], counts["failed"]) == (94, 6), counts
+    html = files["index.html"] if isinstance(files["index.html"], str) else files["index.html"].decode()
+    assert all(f"s-{i:02d}" in html for i in range(0, 100, 17)), "a failed shard is missing from the report"

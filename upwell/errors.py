@@ -40,6 +40,10 @@ class InputRejected(UpwellError):
                 "row": self.row, "limit": self.limit, "source": self.source}
 
 
+class RedriveExhausted(InputRejected):
+    """An input the reconciler re-drove ``max_redrives`` times without success: quarantined, never dropped."""
+
+
 class DecodeError(UpwellError):
     """A message that cannot be decoded; never retried."""
 

@@ -65,6 +65,23 @@ def _redact_stdlib() -> None:
     logging.setLogRecordFactory(factory)
 
 
+class _StderrLogger:
+    """Writes each line to whatever ``sys.stderr`` is when it writes. structlog's PrintLogger keeps
+    the stream it was given, so a swapped stderr (a test's capture, typer's CliRunner) that was
+    closed since would make every later log line raise "I/O operation on closed file"."""
+
+    def __init__(self, *_args) -> None:
+        pass
+
+    def msg(self, message: str) -> None:
+        try:
+            print(message, file=sys.stderr, flush=True)
+        except ValueError:  # stderr was closed under us: the line has nowhere to go
+            pass
+
+    log = debug = info = warning = warn = error = critical = exception = fatal = failure = err = msg
+
+
 _configured = False
 
 
@@ -88,7 +105,7 @@ def configure(*, pretty: bool | None = None, level: int = logging.INFO) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_StderrLogger,
         cache_logger_on_first_use=False,
     )
     logging.getLogger("azure").setLevel(logging.WARNING)

@@ -20,6 +20,18 @@ CONTAINERS = (INCOMING, PIPELINES, SHARDS, CHECKPOINTS, RESULTS, REPORTS, QUARAN
 # The Functions host keeps its own containers; the devhost uses the same names.
 HOST_RECEIPTS = "azure-webjobs-hosts"
 BLOB_POISON_QUEUE = "webjobs-blobtrigger-poison"
+HOST_SECRETS = "azure-webjobs-secrets"
+
+
+def blob_trigger_queue(host_id: str) -> str:
+    """The host queue that the blobs extension puts Event Grid-sourced blob events on."""
+    return f"azure-webjobs-blobtrigger-{host_id}"
+
+
+# Event Grid: undeliverable events land here (bicep/main.bicep deadLetterContainerName).
+EVENTGRID_DEADLETTER = "eventgrid-deadletter"
+# Locally only: the event publisher's own state (the Event Grid service keeps it on Azure).
+LOCAL_EVENTGRID_STATE = "upwell-local-eventgrid"
 
 # Queues: one per pool, each with a -poison twin, plus the report queue.
 POOLS = ("cpu", "mpi", "gpu")
@@ -55,6 +67,7 @@ CONNECTION = "AzureWebJobsStorage"
 APP_SETTINGS = (
     "UPWELL_POOLS",
     "UPWELL_SCALE_SCHEDULE",
+    "UPWELL_RECONCILE_SCHEDULE",
     "UPWELL_MAX_UPLOAD_BYTES",
     "UPWELL_MAX_SHARDS",
     "UPWELL_MAX_MESSAGE_BYTES",

@@ -102,6 +102,10 @@ class Settings:
     registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
     code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
     image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
+    reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE (NCRONTAB, every 5 min)
+    reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
+    reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
+    reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
     # UPWELL_SCALE_ON_INGEST: ingest runs a scale pass once it enqueued work, so dispatch does not wait for
     # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
     scale_on_ingest: bool = False
@@ -165,13 +169,16 @@ def _budgets(text: str) -> dict[str, dict[str, float]]:
 
 _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
-         ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"))
+         ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
+         ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
+         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"))
 _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
 
 
 def _text(env: Mapping[str, str], var: str) -> str:
     return env[var]
-_TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("code_version", "UPWELL_CODE_VERSION"),
+_TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("reconcile_schedule", "UPWELL_RECONCILE_SCHEDULE"),
+          ("code_version", "UPWELL_CODE_VERSION"),
           ("image_digest", "UPWELL_IMAGE_DIGEST"))
 
 

@@ -11,7 +11,7 @@ from tests.faults import harness
 from upwell.local.azurite import AzuriteError
 
 COLUMNS = ("fault", "shards", "kills", "duplicates", "restarts", "preemptions", "retries", "poisoned", "lost",
-           "seconds")
+           "seconds", "recovery_s")
 
 
 @pytest.fixture
@@ -41,9 +41,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tr.write_line("  ".join(c.ljust(widths[c]) for c in COLUMNS))
     for row in harness.TABLE:
         tr.write_line("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in COLUMNS))
-    total = {c: sum(int(r.get(c) or 0) for r in harness.TABLE) for c in COLUMNS[1:-1]}
+    total = {c: sum(int(r.get(c) or 0) for r in harness.TABLE) for c in COLUMNS[1:-2]}
     seconds = sum(float(r.get("seconds") or 0) for r in harness.TABLE)
     tr.write_line("  ".join(["total".ljust(widths["fault"])] + [str(total[c]).ljust(widths[c])
-                                                                for c in COLUMNS[1:-1]] + [f"{seconds:.0f}"]))
+                                                                for c in COLUMNS[1:-2]] + [f"{seconds:.0f}"]))
     lost = total["lost"]
     tr.write_line(f"lost = {lost}" + ("" if lost == 0 else "  <-- shards were lost"))

@@ -62,6 +62,7 @@ class Counts:
     poisoned: int = 0
     lost: int = -1
     seconds: float = 0.0
+    recovery_s: float | str = ""  # event-path faults: from the faults' end to the report
 
 
 @dataclass
@@ -105,7 +106,9 @@ def start_azurite(root: Path, ports: tuple[int, int, int] | None = None) -> Azur
 def environment(stack_root: Path, connection: str, **extra: str) -> dict[str, str]:
     return {names.CONNECTION: connection, "UPWELL_STATE_DIR": str(stack_root / "pools"),
             "UPWELL_SCRATCH": str(stack_root / "scratch"), "UPWELL_POOLS": pools(),
-            "UPWELL_SCALE_SCHEDULE": "*/2 * * * * *", "UPWELL_IDLE_EXIT_S": "30", "UPWELL_LEASE_S": "6",
+            "UPWELL_SCALE_SCHEDULE": "*/2 * * * * *",
+            "UPWELL_RECONCILE_SCHEDULE": "*/5 * * * * *", "UPWELL_RECONCILE_GRACE_S": "4",
+            "UPWELL_IDLE_EXIT_S": "30", "UPWELL_LEASE_S": "6",
             "AzureFunctionsWebHost__hostid": "faults", **extra}
 
 
@@ -120,12 +123,14 @@ def apply_env(monkeypatch, env: dict[str, str]) -> None:
 
 
 @contextmanager
-def in_process_host(stack: Stack):
-    """The devhost in this process, driving function_app; on exit every local worker is closed."""
+def in_process_host(stack: Stack, **options):
+    """The devhost in this process, driving function_app; on exit every local worker is closed.
+    ``options`` go to DevHost (``event_faults``, ``functions``, ``host_json``)."""
     from upwell.local.devhost.host import DevHost
 
-    host = DevHost("function_app:app", connection_string=stack.azurite.connection_string,
-                   host_json=REPO / "host.json", poll_interval=0.3, port=0, script_root=REPO, shutdown_grace=10)
+    options = {"host_json": REPO / "host.json", **options}
+    host = DevHost("function_app:app", connection_string=stack.azurite.connection_string, poll_interval=0.3,
+                   port=0, script_root=REPO, shutdown_grace=10, **options)
     host.start()
     try:
         yield host

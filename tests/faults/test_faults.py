@@ -81,7 +81,7 @@ def test_workers_killed_at_random_moments(stack):
 def test_duplicated_messages(stack):
     """Copies of work items (some while the originals run, some after the job is done), a second
     report message and a second delivery of the upload: each shard still counts once, one report."""
-    import azure.functions as func
+    from azure.storage.blob import BlobClient
 
     from upwell.local.devhost.app import load_functions
 
@@ -103,7 +103,8 @@ def test_duplicated_messages(stack):
                 counts.duplicates += 1
             storage.queue(names.REPORT_QUEUE).send_message(json.dumps({"job_id": job_id}))
             ingest = {s.name: s for s in load_functions("function_app:app")}["ingest"].func
-            ingest(func.blob.InputStream(data=manifest, name="incoming/faults/dup/job.yaml", length=len(manifest)))
+            ingest(BlobClient.from_connection_string(stack.azurite.connection_string, names.INCOMING,
+                                                     "faults/dup/job.yaml"))
             counts.duplicates += 2
             harness.verify(stack, job_id, counts)
         harness.no_orphans(stack)

@@ -60,6 +60,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         if stopping.is_set():
             return
         stack.start_devhost()
+        stack.wait_subscribed()
         _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
              f"http://127.0.0.1:{http_port}/api/jobs")
         _say(f"[green]dashboard[/] http://127.0.0.1:{http_port}/api/dashboard")
@@ -217,6 +218,12 @@ def status(job: str = typer.Argument(None, help="a job id, name or upload path; 
         console.print(table)
     else:  # a pipe or a file: as wide as the rows need, not 80 columns
         Console(width=max(console.width, table.columns[0].min_width + 140)).print(table)
+    from upwell.cli.reconcile import print_actions
+    from upwell.ops.reconcile import recent_actions
+
+    actions = recent_actions(storage, limit=10)
+    if actions:
+        print_actions(actions, "reconciler: latest actions")
 
 
 def _print_job(st: dict) -> None:

@@ -69,6 +69,9 @@ def run_demo(samples: Path, state: Path, timeout: float, console, watch_jobs, fe
     try:
         stack.start()
         owner.claim("demo", state, stack.ports, stack.http_port)
+        if not stack.alive():
+            console.print(f"[red]the local Functions host did not start[/]: see {state / 'logs' / 'devhost.log'}")
+            return 1
         rules, uploads = sample_uploads(samples)
         for path, _ in list(uploads):
             tool = path.is_dir() and missing_tool(path)

@@ -21,6 +21,7 @@ from upwell.storage import Storage
 
 REPO = REPO
 DEFAULT_SCHEDULE = "*/3 * * * * *"
+RECONCILE_SCHEDULE = "0 */5 * * * *"  # as on Azure (bicep reconcileSchedule)
 
 
 class LocalStack:
@@ -38,6 +39,7 @@ class LocalStack:
         self.env = {**(os.environ if env is None else env), names.CONNECTION: self.connection_string,
                     "UPWELL_STATE_DIR": str(self.root / "pools")}
         self.env.setdefault("UPWELL_SCALE_SCHEDULE", DEFAULT_SCHEDULE)
+        self.env.setdefault("UPWELL_RECONCILE_SCHEDULE", RECONCILE_SCHEDULE)
         self.env.setdefault("UPWELL_SCALE_ON_INGEST", "1")  # the devhost runs the scale timer beside ingest
         # Upload to running: an idle local worker asks its queue every 0.25 s, the devhost scans blobs every 0.3 s
         # (Azurite answers locally; on Azure the agent's default stays 1 s and blob events are pushed).
@@ -70,9 +72,33 @@ class LocalStack:
         if out:
             out.close()
 
+    def wait_subscribed(self, timeout: float = 60.0) -> bool:
+        """Wait until the devhost's event publisher has created its Event Grid subscriptions.
+
+        An upload before that gets no event (as on Azure, where the reconciler then finds it), so
+        ``up`` and ``demo`` say ready only after it. False when the devhost exited or time ran out."""
+        import time
+
+        from upwell.local.devhost.config import AppSettings
+        from upwell.local.devhost.host import default_host_id
+
+        host_id = default_host_id(AppSettings(self.env))
+        wanted = {f"{host_id}/blob-{fn}.json" for fn in ("ingest", "collect")}
+        container = self.storage.container(names.LOCAL_EVENTGRID_STATE)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.alive():
+            try:
+                if wanted <= {b.name for b in container.list_blobs(name_starts_with=f"{host_id}/")}:
+                    return True
+            except Exception:  # noqa: BLE001 - the container appears with the first subscription
+                pass
+            time.sleep(0.3)
+        return False
+
     def start(self) -> LocalStack:
         self.start_storage()
         self.start_devhost()
+        self.wait_subscribed()
         return self
 
     def stop_devhost(self, timeout: float = 20.0) -> None:

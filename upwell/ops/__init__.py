@@ -1,1 +1,2 @@
-"""Operating upwell: tags, the janitor, the dashboard's data, cost roll-ups, estimates."""
+"""Operating upwell: the reconciler (missed, dead-lettered and poisoned events), tags, the janitor, the
+dashboard's data, cost roll-ups, estimates."""

@@ -8,6 +8,7 @@ report claim (an ETag-conditional update) lets one builder through, and the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -82,15 +83,20 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
     return Published(job_id, True, tuple(written))
 
 
-def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0) -> list[str]:
-    """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash)."""
+def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0,
+              jobs: Iterable[JobRow] | None = None) -> list[str]:
+    """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash).
+    ``jobs``: the job rows to look at (default: every terminal job)."""
     import time
 
     from upwell.results.collect import request_report
 
     ledger = ledger or Ledger(storage)
     requeued = []
-    for job in ledger.jobs(*[s for s in TERMINAL_JOB if s != JobState.REJECTED]):
+    rows = ledger.jobs(*[s for s in TERMINAL_JOB if s != JobState.REJECTED]) if jobs is None else jobs
+    for job in rows:
+        if job.status not in TERMINAL_JOB or job.status == JobState.REJECTED:
+            continue
         if job.reported:
             continue
         if job.report_claimed and time.time() - job.report_claimed < stale_s:

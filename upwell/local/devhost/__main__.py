@@ -2,7 +2,9 @@
 
 Like ``func start``, it reads ``local.settings.json`` (``Values`` become
 environment variables unless already set) and ``host.json`` from the script
-root, then serves HTTP triggers on 127.0.0.1 and polls storage for the rest.
+root, then serves HTTP triggers and the blobs webhook on 127.0.0.1, runs the local
+Event Grid publisher for ``source=EventGrid`` blob triggers (faults from
+``UPWELL_EVENT_FAULTS``), and polls storage for the rest.
 On a signal it stops listening, releases what has not started, and waits for
 running invocations up to ``--shutdown-grace`` seconds.
 """

@@ -39,7 +39,13 @@ from upwell import logs
 from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.config import QueueSettings
-from upwell.local.devhost.invoke import Invoker, blob_argument, split_blob_path
+from upwell.local.devhost.invoke import (
+    Invoker,
+    _sdk_blob_types,
+    blob_argument,
+    blob_trigger_argument,
+    split_blob_path,
+)
 from upwell.local.devhost.renewer import Renewer
 from upwell.local.devhost.storage import HostStorage, MessageCodec, create_container
 from upwell.names import BLOB_POISON_QUEUE, HOST_RECEIPTS
@@ -251,8 +257,13 @@ class BlobListener:
         props = downloader.properties
         path = f"{self.path.container}/{claim.name}"
         properties, metadata = blob_properties(props), dict(props.metadata or {})
-        value = blob_argument(self.spec.annotations.get(self.spec.trigger["name"]), content, name=path,
-                              uri=client.url, length=props.size, blob_properties=properties, metadata=metadata)
+        annotation = self.spec.annotations.get(self.spec.trigger["name"])
+        if isinstance(annotation, type) and issubclass(annotation, _sdk_blob_types() or (type(None),)):
+            value = blob_trigger_argument(self.spec, client, path, props, properties, metadata,
+                                          self.source.connection_string)
+        else:
+            value = blob_argument(annotation, content, name=path, uri=client.url, length=props.size,
+                                  blob_properties=properties, metadata=metadata)
         data = {**claim.params, "BlobTrigger": path, "Uri": client.url, "Properties": properties,
                 "Metadata": metadata}
         if self.invoker.invoke(self.spec, value, data).ok:

@@ -70,6 +70,7 @@ class HostConfig:
     function_timeout: float | None = 1800.0  # None: unbounded ("-1")
     queues: QueueSettings = field(default_factory=QueueSettings)
     blob_parallelism: int = 8
+    poison_blob_threshold: int = 5  # extensions.blobs.poisonBlobThreshold
     route_prefix: str = "api"
     raw: Mapping[str, Any] = field(default_factory=dict)
 
@@ -84,6 +85,7 @@ class HostConfig:
             function_timeout=None if str(timeout) == "-1" else parse_timespan(timeout, "functionTimeout"),
             queues=QueueSettings.from_json(extensions.get("queues", {})),
             blob_parallelism=int(extensions.get("blobs", {}).get("maxDegreeOfParallelism", 8)),
+            poison_blob_threshold=int(extensions.get("blobs", {}).get("poisonBlobThreshold", 5)),
             route_prefix=str(extensions.get("http", {}).get("routePrefix", "api")).strip("/"),
             raw=raw,
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -21,14 +22,19 @@ from typing import Any
 from upwell import logs
 from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec, load_functions
-from upwell.local.devhost.blobs import BlobListener
+from upwell.local.devhost.blobqueue import BlobQueueListener, Registration, queue_settings
+from upwell.local.devhost.blobs import BlobListener, BlobPath
 from upwell.local.devhost.config import DEFAULT_CONNECTION, AppSettings, HostConfig
 from upwell.local.devhost.invoke import InvocationRecord, Invoker
+from upwell.local.devhost.publisher import FAULTS_SETTING, EventFaults, Publisher, http_sender
 from upwell.local.devhost.queues import QueueListener
 from upwell.local.devhost.renewer import Renewer
 from upwell.local.devhost.storage import Connections, HostStorage, MessageCodec
+from upwell.local.devhost.subscriptions import read_template
 from upwell.local.devhost.timers import TimerListener
 from upwell.local.devhost.web import HttpServer
+from upwell.local.devhost.webhook import BlobWebhook
+from upwell.names import blob_trigger_queue
 
 log = logs.get("upwell.local.devhost")
 HOST_ID_SETTING = "AzureFunctionsWebHost__hostid"
@@ -80,7 +86,8 @@ class DevHost:
                  host_json: Path | str | Mapping | None = None, poll_interval: float = 1.0,
                  port: int | None = 7071, host_id: str | None = None, settings: Mapping[str, str] | None = None,
                  functions: Iterable[str] | None = None, script_root: Path | None = None,
-                 shutdown_grace: float = 30.0, max_records: int = 10_000) -> None:
+                 shutdown_grace: float = 30.0, max_records: int = 10_000, event_publisher: bool = True,
+                 event_faults: EventFaults | None = None) -> None:
         self.script_root = Path(script_root or Path.cwd())
         if host_json is None and (self.script_root / "host.json").exists():
             host_json = self.script_root / "host.json"
@@ -102,6 +109,8 @@ class DevHost:
         self._tracker = _Tracker()
         self._threads: list[threading.Thread] = []
         self.http: HttpServer | None = None
+        self.event_publisher = event_publisher
+        self._event_faults = event_faults
         self._build_listeners()
 
     @staticmethod
@@ -130,8 +139,12 @@ class DevHost:
         self.blob_listeners: list[BlobListener] = []
         self.queue_listeners: list[QueueListener] = []
         self.timers: dict[str, TimerListener] = {}
+        registrations: dict[str, Registration] = {}
         for spec in self.specs:
-            if spec.trigger_type == "blobTrigger":
+            if spec.trigger_type == "blobTrigger" and spec.trigger.get("source") == "EventGrid":
+                path = BlobPath.parse(self._resolve(spec, "path"), f"function {spec.name}")
+                registrations[spec.function_id] = Registration(spec, path, self.storage_for(spec.trigger))
+            elif spec.trigger_type == "blobTrigger":
                 self.blob_listeners.append(BlobListener(
                     spec, self._resolve(spec, "path"), source=self.storage_for(spec.trigger),
                     hosts=self.storage_for(None), queues=self.config.queues, codec=self.codec,
@@ -143,10 +156,39 @@ class DevHost:
             elif spec.trigger_type == "timerTrigger":
                 self.timers[spec.name] = TimerListener(spec, self._resolve(spec, "schedule"), **common)
         self.http_specs = [s for s in self.specs if s.trigger_type == "httpTrigger"]
+        self._build_event_path(registrations, common)
         self._blob_pool = ThreadPoolExecutor(self.config.blob_parallelism, thread_name_prefix="devhost-blob")
         self._queue_pools = {id(q): ThreadPoolExecutor(q.concurrency, thread_name_prefix=f"devhost-{q.queue}")
                              for q in self.queue_listeners}
         self._timer_pool = ThreadPoolExecutor(max(1, len(self.timers)), thread_name_prefix="devhost-timer")
+        self._event_pool = ThreadPoolExecutor(4, thread_name_prefix="devhost-eventgrid")
+
+    def _build_event_path(self, registrations: dict[str, Registration], common: dict) -> None:
+        """Event Grid-sourced blob triggers: the host queue, the webhook, and the local event publisher."""
+        self.blob_queue: BlobQueueListener | None = None
+        self.webhook: BlobWebhook | None = None
+        self.publisher: Publisher | None = None
+        if not registrations:
+            return
+        hosts, config = self.storage_for(None), self.config
+        self.blob_queue = BlobQueueListener(
+            registrations, blob_trigger_queue(self.host_id), storage=hosts, codec=self.codec, renewer=self.renewer,
+            settings=queue_settings(config.blob_parallelism, config.poison_blob_threshold,
+                                    config.queues.max_polling_interval, config.queues.message_encoding), **common)
+        self.webhook = BlobWebhook(hosts, self.host_id, self.codec, on_enqueue=self.blob_queue.wake)
+        if not self.event_publisher:
+            return
+        template = read_template(self.script_root)
+        subscriptions = [(template.subscription(r.spec.name, r.path.container), r.source)
+                         for r in registrations.values()]
+        faults = self._event_faults or EventFaults.parse(self.settings.get(FAULTS_SETTING))
+        self.publisher = Publisher(subscriptions, state=hosts, send=self._send_direct,
+                                   key=lambda: self.webhook.key, faults=faults, scope=self.host_id)
+
+    def _send_direct(self, target: str, headers: dict, body: bytes) -> int:
+        """In-process delivery to the webhook (no HTTP server: step-by-step tests, ``port=None``)."""
+        assert self.webhook is not None
+        return self.webhook.handle("POST", target, headers, body)[0]
 
     def _submit_blob(self, fn: Callable, *args: Any) -> Future:
         return self._tracker.submitter(self._blob_pool)(fn, *args)
@@ -179,6 +221,13 @@ class DevHost:
         self._check_open()
         self.renewer.start()
         futures = []
+        if self.publisher is not None:
+            self.publisher.scan()
+            for delivery in self.publisher.due():
+                self.publisher.deliver(delivery)
+        if self.blob_queue is not None:
+            submit = self._tracker.submitter(self._blob_pool)
+            futures += [submit(self.blob_queue.process, message) for message in self.blob_queue.receive()]
         for blobs in self.blob_listeners:
             futures += [self._submit_blob(blobs.process, claim) for claim in blobs.scan()]
         for queue in self.queue_listeners:
@@ -217,9 +266,20 @@ class DevHost:
         """Start the listener threads and the HTTP server; returns at once."""
         self._check_open()
         self.renewer.start()
-        if self.http_specs and self.port is not None:
-            self.http = HttpServer(self.http_specs, self.invoker, port=self.port, prefix=self.config.route_prefix)
+        if (self.http_specs or self.webhook) and self.port is not None:
+            self.http = HttpServer(self.http_specs, self.invoker, port=self.port, prefix=self.config.route_prefix,
+                                   webhook=self.webhook)
             self.http.start()
+            if self.publisher is not None:
+                self.publisher.send = http_sender(self.http.url)
+        if self.blob_queue is not None:
+            self._spawn("blob-queue", self.blob_queue.run, self._tracker.submitter(self._blob_pool))
+        if self.publisher is not None:
+            try:  # the subscriptions exist before start() returns, so an upload right after gets its event
+                self.publisher.subscribe()
+            except Exception as exc:  # noqa: BLE001 - storage down: the publisher loop subscribes later
+                log.warning("devhost.event_subscriptions_pending", error=f"{type(exc).__name__}: {exc}")
+            self._spawn("eventgrid", self._publisher_loop, self.publisher)
         for blobs in self.blob_listeners:
             self._spawn(f"blob-{blobs.spec.name}", self._blob_loop, blobs)
         for queue in self.queue_listeners:
@@ -249,6 +309,30 @@ class DevHost:
                             error=f"{type(exc).__name__}: {exc}")
             self.stopping.wait(self.poll_interval)
 
+    def _publisher_loop(self, publisher: Publisher) -> None:
+        """Scan for new blobs every poll interval and deliver what is due (Event Grid stand-in)."""
+        submit = self._tracker.submitter(self._event_pool)
+        last_scan = 0.0
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            if now - last_scan >= self.poll_interval:
+                last_scan = now
+                try:
+                    publisher.scan()
+                except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down, scan again later
+                    log.warning("devhost.event_scan_failed", error=f"{type(exc).__name__}: {exc}")
+            for delivery in publisher.due():
+                submit(self._deliver, publisher, delivery)
+            self.stopping.wait(min(0.1, self.poll_interval))
+
+    def _deliver(self, publisher: Publisher, delivery) -> None:
+        try:
+            publisher.deliver(delivery)
+        except Exception as exc:  # noqa: BLE001 - an attempt that cannot even be made is retried later
+            log.warning("devhost.event_delivery_failed", error=f"{type(exc).__name__}: {exc}")
+            delivery.due = time.time() + 10 * publisher.faults.retry_scale
+            publisher._push(delivery)
+
     def stop(self, grace: float | None = None) -> int:
         """Stop listening, release work not yet started, and wait up to ``grace`` s for running work.
 
@@ -259,6 +343,8 @@ class DevHost:
         self.stopping.set()
         for queue in self.queue_listeners:
             queue.wake()
+        if self.blob_queue is not None:
+            self.blob_queue.wake()
         if self.http:
             self.http.stop()
             self.http = None
@@ -272,7 +358,7 @@ class DevHost:
         if running:
             log.warning("devhost.stopped_with_invocations_running", count=len(running),
                         note="their leases lapse and the messages or blobs run again later")
-        for pool in (self._blob_pool, self._timer_pool, *self._queue_pools.values()):
+        for pool in (self._blob_pool, self._timer_pool, self._event_pool, *self._queue_pools.values()):
             pool.shutdown(wait=False, cancel_futures=True)
         self.renewer.stop()
         log.info("devhost.stopped", host_id=self.host_id)

@@ -9,6 +9,8 @@ A raising function yields a failed ``Outcome``; it never escapes to the caller.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import ctypes
 import datetime as dt
 import json
 import re
@@ -126,6 +128,62 @@ def blob_argument(annotation: Any, data: bytes, **stream: Any) -> Any:
     return InputStream(data=data, **stream)
 
 
+class FunctionTimeoutError(TimeoutError):
+    """The invocation ran past host.json ``functionTimeout``; the host cancelled it and counts a failure."""
+
+
+def _sdk_blob_types() -> tuple[type, ...]:
+    """The SDK-type binding classes of azurefunctions-extensions-bindings-blob, when it is installed."""
+    try:
+        from azurefunctions.extensions.bindings import blob as sdk
+    except ImportError:
+        return ()
+    return (sdk.BlobClient, sdk.ContainerClient, sdk.StorageStreamDownloader)
+
+
+def sdk_blob_argument(pytype: type, connection: str, connection_string: str, container: str, name: str,
+                      client: Any) -> Any:
+    """What the Python worker passes for an SDK-type blob parameter: the extension's converter, given the
+    same model binding data the host sends (it reads the connection from the environment, as on Azure).
+    A connection the environment does not hold (a test's override) gets the equivalent client built here."""
+    import os
+    from types import SimpleNamespace
+
+    from azurefunctions.extensions.base import Datum
+    from azurefunctions.extensions.bindings.blob import BlobClientConverter
+
+    if os.environ.get(connection) == connection_string:
+        content = json.dumps({"Connection": connection, "ContainerName": container, "BlobName": name})
+        value = SimpleNamespace(version="1.0", source="AzureStorageBlobs", content_type="application/json",
+                                content=content)
+        return BlobClientConverter.decode(Datum(value, "model_binding_data"), trigger_metadata=None, pytype=pytype)
+    kind = pytype.__name__
+    if kind == "ContainerClient":
+        from azure.storage.blob import ContainerClient
+
+        return ContainerClient.from_connection_string(connection_string, container)
+    return client.download_blob() if kind == "StorageStreamDownloader" else client
+
+
+def blob_trigger_argument(spec: FunctionSpec, client: Any, path: str, props: Any, properties: dict,
+                          metadata: dict, connection_string: str = "") -> Any:
+    """The trigger argument for a blob: an SDK client (nothing downloaded) or the content as the type asks."""
+    annotation = spec.annotations.get(spec.trigger["name"])
+    if isinstance(annotation, type) and issubclass(annotation, _sdk_blob_types() or (type(None),)):
+        connection = spec.trigger.get("connection") or "AzureWebJobsStorage"
+        container, _, name = path.partition("/")
+        return sdk_blob_argument(annotation, connection, connection_string, container, name, client)
+    content = client.download_blob().readall()
+    return blob_argument(annotation, content, name=path, uri=client.url, length=props.size,
+                         blob_properties=properties, metadata=metadata)
+
+
+def _cancel(thread: threading.Thread) -> None:
+    """Raise FunctionTimeoutError inside ``thread`` (delivered when it next runs Python code)."""
+    if thread.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(FunctionTimeoutError))
+
+
 def _messages(value: Any) -> list[str | bytes]:
     if isinstance(value, str | bytes | bytearray):
         return [value]
@@ -173,13 +231,38 @@ class Invoker:
         started, clock = dt.datetime.now(dt.UTC), time.monotonic()
         try:
             kwargs, outs = self._arguments(spec, trigger_value, data, invocation_id)
-            value = asyncio.run(spec.func(**kwargs)) if spec.is_async else spec.func(**kwargs)
+            value = self._call(spec, kwargs, invocation_id)
             self._write_outputs(spec, outs, value, data)
         except Exception as exc:  # noqa: BLE001 - a function's failure, whatever it raised, is the host's to record
             self._finish(spec, invocation_id, started, time.monotonic() - clock, exc)
             return Outcome(False, error=exc)
         self._finish(spec, invocation_id, started, time.monotonic() - clock, None)
         return Outcome(True, value=value)
+
+    def _call(self, spec: FunctionSpec, kwargs: dict[str, Any], invocation_id: str) -> Any:
+        """Run the function; past ``functionTimeout`` it is cancelled and FunctionTimeoutError is raised."""
+        def run() -> Any:
+            return asyncio.run(spec.func(**kwargs)) if spec.is_async else spec.func(**kwargs)
+        if self.function_timeout is None:
+            return run()
+        box: dict[str, Any] = {}
+        context = contextvars.copy_context()
+
+        def target() -> None:
+            try:
+                box["value"] = context.run(run)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+        thread = threading.Thread(target=target, name=f"devhost-fn-{spec.name}", daemon=True)
+        thread.start()
+        thread.join(self.function_timeout)
+        if thread.is_alive():
+            _cancel(thread)
+            raise FunctionTimeoutError(f"Timeout value of {self.function_timeout:g} s was exceeded by function "
+                                       f"Functions.{spec.name} (Id: {invocation_id}); the invocation was cancelled")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
 
     def _finish(self, spec: FunctionSpec, invocation_id: str, started: dt.datetime, duration: float,
                 error: Exception | None) -> None:
@@ -192,9 +275,6 @@ class Invoker:
         else:
             log.warning("devhost.invocation", outcome="failed", error=f"{type(error).__name__}: {error}",
                         exc_info=error, **fields)
-        if self.function_timeout is not None and duration > self.function_timeout:
-            log.warning("devhost.function_timeout_exceeded", function=spec.name, timeout_s=self.function_timeout,
-                        note="the Functions host would have stopped this invocation")
         self.record(InvocationRecord(invocation_id, spec.name, spec.trigger_type,
                                      "succeeded" if error is None else "failed", started, duration,
                                      None if error is None else f"{type(error).__name__}: {error}"))

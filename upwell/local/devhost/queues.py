@@ -61,12 +61,14 @@ class QueueListener:
     State: the number of messages in flight (under a condition), and the wake event.
     """
 
-    def __init__(self, spec: FunctionSpec, queue: str, *, storage: HostStorage, invoker: Invoker,
+    def __init__(self, spec: FunctionSpec | None, queue: str, *, storage: HostStorage, invoker: Invoker,
                  settings: QueueSettings, codec: MessageCodec, renewer: Renewer, stopping: threading.Event,
                  lease_s: int = LEASE_S) -> None:
         self.spec, self.queue, self.storage, self.invoker = spec, queue, storage, invoker
         self.settings, self.codec, self.renewer, self.stopping = settings, codec, renewer, stopping
         self.lease_s = lease_s
+        self.label = spec.name if spec is not None else queue
+        self.poison_target = poison_queue(queue)
         self.client = storage.queue(queue)
         self.in_flight = 0
         self._cond = threading.Condition()
@@ -112,7 +114,7 @@ class QueueListener:
             try:
                 got = self.poll(submit)
             except Exception as exc:  # noqa: BLE001 - a periodic loop: storage down or throttled, back off, go on
-                log.warning("devhost.queue_receive_failed", function=self.spec.name, queue=self.queue,
+                log.warning("devhost.queue_receive_failed", function=self.label, queue=self.queue,
                             error=f"{type(exc).__name__}: {exc}")
                 got = 0
             if got:
@@ -129,7 +131,7 @@ class QueueListener:
         try:
             self._settle(leased)
         except Exception as exc:  # noqa: BLE001 - a worker thread never dies: the message comes back after its lease
-            log.warning("devhost.queue_bookkeeping_failed", function=self.spec.name, queue=self.queue,
+            log.warning("devhost.queue_bookkeeping_failed", function=self.label, queue=self.queue,
                         message_id=message.id, error=f"{type(exc).__name__}: {exc}")
         finally:
             self.renewer.remove(renewal)
@@ -156,8 +158,8 @@ class QueueListener:
             leased.release(self.settings.visibility_timeout)
 
     def _poison(self, leased: Lease) -> None:
-        target = poison_queue(self.queue)
+        target = self.poison_target
         self.storage.send(target, leased.message.content or "")
         leased.delete()
-        log.error("devhost.queue_message_poisoned", function=self.spec.name, queue=self.queue, poison_queue=target,
+        log.error("devhost.queue_message_poisoned", function=self.label, queue=self.queue, poison_queue=target,
                   message_id=leased.message.id, dequeue_count=leased.message.dequeue_count)

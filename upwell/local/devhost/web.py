@@ -5,7 +5,8 @@ an optional ``{id?}`` and a catch-all ``{*rest}``; a function without a route
 is served at its name. Auth levels are not enforced, as with ``func start``.
 The function gets a ``func.HttpRequest``; its ``func.HttpResponse`` (or str)
 goes back. A function that raises answers 500 and the server goes on.
-``/admin/host/status`` answers ``{"state": "Running"}``, as the host does.
+``/admin/host/status`` answers ``{"state": "Running"}``, as the host does, and
+``/runtime/webhooks/blobs`` is the blobs extension webhook (``webhook.BlobWebhook``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import azure.functions as func
 from upwell import logs
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.invoke import Invoker
+from upwell.local.devhost.webhook import PATH as WEBHOOK_PATH
+from upwell.local.devhost.webhook import BlobWebhook
 
 log = logs.get("upwell.local.devhost")
 LOOPBACK = "127.0.0.1"
@@ -78,9 +81,11 @@ def _response(result: object) -> tuple[int, dict[str, str], bytes]:
 class HttpServer:
     """A threading HTTP server on the loopback interface that dispatches to HTTP-trigger functions."""
 
-    def __init__(self, specs: list[FunctionSpec], invoker: Invoker, *, port: int = 7071, prefix: str = "api") -> None:
+    def __init__(self, specs: list[FunctionSpec], invoker: Invoker, *, port: int = 7071, prefix: str = "api",
+                 webhook: BlobWebhook | None = None) -> None:
         self.routes = [make_route(spec, prefix) for spec in specs]
         self.invoker = invoker
+        self.webhook = webhook
         self.server = ThreadingHTTPServer((LOOPBACK, port), _handler(self))
         self.server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -115,6 +120,8 @@ class HttpServer:
         parts = urlsplit(target)
         if parts.path.rstrip("/") == "/admin/host/status":
             return 200, {"Content-Type": "application/json"}, json.dumps({"state": "Running"}).encode()
+        if self.webhook is not None and parts.path.rstrip("/") == WEBHOOK_PATH:
+            return self.webhook.handle(method, target, headers, body)
         found = self.match(method, parts.path)
         if found is None:
             return 404, {}, b""

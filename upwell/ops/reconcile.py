@@ -1,0 +1,350 @@
+"""The reconciler: finds work that an event never started, and re-drives it through the same idempotent paths.
+
+On Azure a blob trigger is Event Grid-sourced: an event that never came (a blob
+written before the subscription existed, a dropped delivery), an event that was
+dead-lettered (a 401 after a key rotation, 24 h of failures) or a blob-trigger
+message that was poisoned (five failures in a row) leaves its job unfinished,
+because nothing else reads those places. One pass finds:
+
+* ``incoming/`` blobs older than the grace period with neither a job row nor a
+  quarantine record (a rejected job row), and jobs stuck in ``ingesting``;
+* result blobs of active jobs whose shard row is not terminal;
+* terminal jobs without a report (the report message is sent again);
+* events in the Event Grid dead-letter container and messages in
+  ``webjobs-blobtrigger-poison``.
+
+Each is re-driven through ``Ingestor.ingest`` or ``collect``, which are idempotent
+(a second delivery is a no-op). An input whose re-drive keeps failing is
+quarantined with ``RedriveExhausted`` after ``max_redrives`` tries; nothing is dropped.
+
+Cost is bounded: a watermark of ``incoming/`` last-modified times (kept in the
+``scaling`` table, partition ``_reconcile``) means only blobs newer than it are
+checked, against one query of the job rows changed since; results are listed
+for active jobs only; at most ``max_actions`` re-drives run per pass and the
+watermark stops before the first blob left for the next pass. (The blob change
+feed, where enabled on Azure, would also spare the listing; it is not used yet.)
+Every action is logged and written to the same partition, where ``upwell
+status`` reads it. ``dry_run`` finds and logs, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+from azure.core.exceptions import ResourceNotFoundError
+
+from upwell import logs, names
+from upwell.errors import NotFound, RedriveExhausted
+from upwell.ingest.ingestor import Ingestor, is_manifest, is_manifest_input, job_id_for
+from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
+from upwell.results.collect import RESULT_NAME, collect
+from upwell.results.publish import reconcile as requeue_reports
+from upwell.settings import Settings
+from upwell.storage import Storage
+
+log = logs.get("upwell.ops.reconcile")
+PARTITION = "_reconcile"
+STATE_ROW = "state"
+ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)  # jobs whose shards may still be collected
+POISON_LEASE_S = 120
+REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing the reconciler did (or, in a dry run, would do)."""
+
+    kind: str  # missed_upload | stuck_ingest | uncollected_result | unreported_job | dead_letter | poison
+    target: str
+    outcome: str  # redriven | quarantined | failed | requeued | would_redrive | skipped
+    detail: str = ""
+    dry_run: bool = False
+    at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
+
+
+@dataclass
+class Pass:
+    """What one pass saw and did."""
+
+    listed: int = 0
+    checked: int = 0
+    actions: list[Action] = field(default_factory=list)
+    watermark: float = 0.0
+    seconds: float = 0.0
+
+    def count(self, kind: str) -> int:
+        return sum(1 for a in self.actions if a.kind == kind)
+
+
+def _ts(value: dt.datetime | None) -> float:
+    return value.timestamp() if value else 0.0
+
+
+class Reconciler:
+    """One pass at a time over storage. State: the watermark row and the action log in the ``scaling`` table."""
+
+    def __init__(self, storage: Storage, settings: Settings, ledger: Ledger | None = None, *,
+                 dry_run: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.storage, self.settings, self.dry_run, self.clock = storage, settings, dry_run, clock
+        self.ledger = ledger or Ledger(storage)
+        self.table = storage.table(names.SCALE_TABLE)
+        self.budget = settings.reconcile_max_actions
+
+    # -- state and the action log --------------------------------------------------------------
+
+    def state(self) -> dict:
+        try:
+            return json.loads(self.table.get_entity(PARTITION, STATE_ROW)["state"])
+        except ResourceNotFoundError:
+            return {"watermark": 0.0, "redrives": {}}
+
+    def _save(self, state: dict) -> None:
+        if not self.dry_run:
+            self.table.upsert_entity({"PartitionKey": PARTITION, "RowKey": STATE_ROW, "state": json.dumps(state)})
+
+    def _act(self, result: Pass, action: Action) -> None:
+        result.actions.append(action)
+        (log.warning if action.outcome in ("failed", "quarantined") else log.info)(
+            "reconcile.action", **{k: v for k, v in asdict(action).items() if k != "at"})
+        row = {"PartitionKey": PARTITION, "RowKey": f"{action.at}-{uuid.uuid4().hex[:6]}", **asdict(action)}
+        self.table.upsert_entity({k: (str(v)[:4000] if isinstance(v, str) else v) for k, v in row.items()})
+
+    # -- one pass ------------------------------------------------------------------------------
+
+    def run(self) -> Pass:
+        """One pass over every place a lost event leaves a trace. Raises only when storage is down."""
+        started, state, result = time.monotonic(), self.state(), Pass()
+        redrives = state.setdefault("redrives", {})
+        for step in (self._dead_letters, self._poison, self._incoming, self._results, self._reports):
+            try:
+                step(result, state, redrives)
+            except Exception as exc:  # noqa: BLE001 - one failing step never stops the others
+                log.warning("reconcile.step_failed", step=step.__name__.strip("_"), error=str(exc)[:300])
+        self._save(state)
+        result.watermark, result.seconds = state["watermark"], round(time.monotonic() - started, 3)
+        log.info("reconcile.pass", listed=result.listed, checked=result.checked, actions=len(result.actions),
+                 watermark=result.watermark, seconds=result.seconds, dry_run=self.dry_run)
+        return result
+
+    def _spend(self) -> bool:
+        if self.budget <= 0:
+            return False
+        self.budget -= 1
+        return True
+
+    # -- incoming/ -------------------------------------------------------------------------------
+
+    def _known_jobs(self, since: float) -> dict[str, str]:
+        """job id -> status of the job rows changed since ``since`` (every job created later is among them)."""
+        stamp = dt.datetime.fromtimestamp(max(since - 60, 0), dt.UTC)
+        rows = self.table_jobs().query_entities(
+            "RowKey eq @job and Timestamp ge @since", parameters={"job": names.JOB_ROW, "since": stamp},
+            select=["PartitionKey", "status"])
+        return {r["PartitionKey"]: r.get("status") or "" for r in rows}
+
+    def table_jobs(self):
+        return self.storage.table(names.JOBS_TABLE)
+
+    def _incoming(self, result: Pass, state: dict, redrives: dict) -> None:
+        watermark, cutoff = float(state.get("watermark") or 0.0), self.clock() - self.settings.reconcile_grace_s
+        candidates = []
+        for blob in self.storage.list(names.INCOMING):
+            result.listed += 1
+            modified = _ts(blob.last_modified)
+            if modified <= watermark:
+                continue
+            if is_manifest_input(blob.name) and not is_manifest(blob.name):
+                continue  # a manifest's data: never a job of its own
+            etag = str(blob.etag)  # listings drop the quotes that properties (and so job ids) keep
+            candidates.append((modified, blob.name, etag if etag.startswith('"') else f'"{etag}"'))
+        candidates.sort()
+        known = self._known_jobs(watermark) if candidates else {}
+        new_mark = cutoff
+        for modified, name, etag in candidates:
+            if modified > cutoff:
+                new_mark = min(new_mark, modified)  # too young: an event may still be on its way
+                break
+            result.checked += 1
+            job_id = job_id_for(name, etag)
+            status = known.get(job_id)
+            if status and status != "ingesting":
+                continue
+            kind = "stuck_ingest" if status == "ingesting" else "missed_upload"
+            if not self._redrive_ingest(result, redrives, kind, name, etag):
+                new_mark = min(new_mark, modified - 1e-3)  # not resolved: the next pass looks again
+        if not self.dry_run:
+            state["watermark"] = max(watermark, new_mark)
+
+    def _redrive_ingest(self, result: Pass, redrives: dict, kind: str, name: str, etag: str) -> bool:
+        """Ingest ``incoming/<name>`` again; quarantine it once it has failed ``max_redrives`` times."""
+        target = f"{names.INCOMING}/{name}"
+        if self.dry_run:
+            self._act(result, Action(kind, target, "would_redrive", dry_run=True))
+            return True
+        if not self._spend():
+            return False
+        key = f"{name}\n{etag}"
+        ingestor = Ingestor(self.storage, self.settings, self.ledger)
+        try:
+            outcome = ingestor.ingest(name)
+        except Exception as exc:  # noqa: BLE001 - counted; quarantined once it keeps failing
+            tries = int(redrives.get(key, 0)) + 1
+            redrives[key] = tries
+            error = f"{type(exc).__name__}: {str(exc)[:300]}"
+            if tries < self.settings.reconcile_max_redrives:
+                self._act(result, Action(kind, target, "failed", f"try {tries}: {error}"))
+                return False
+            self._quarantine(ingestor, name, etag, tries, error)
+            redrives.pop(key, None)
+            self._act(result, Action(kind, target, "quarantined", f"RedriveExhausted after {tries} tries: {error}"))
+            return True
+        redrives.pop(key, None)
+        self._act(result, Action(kind, target, "redriven", f"{outcome.status} {outcome.job_id}".strip()))
+        return True
+
+    def _quarantine(self, ingestor: Ingestor, name: str, etag: str, tries: int, error: str) -> None:
+        exc = RedriveExhausted(f"incoming/{name[:200]} failed {tries} re-drives by the reconciler; last error: "
+                               f"{error}", field="redrive", limit=f"max_redrives={tries}", source=f"incoming/{name}")
+        ingestor.quarantine(job_id_for(name, etag), name, etag, exc)
+
+    # -- results/ ----------------------------------------------------------------------------------
+
+    def _results(self, result: Pass, state: dict, redrives: dict) -> None:
+        cutoff = self.clock() - self.settings.reconcile_grace_s
+        for job in self.ledger.jobs(*ACTIVE_JOB):
+            job_id = job.job_id
+            open_shards = {r.shard_id for r in self.ledger.shards(job_id) if r.status not in TERMINAL_SHARD}
+            if not open_shards:
+                continue
+            for blob in self.storage.list(names.RESULTS, f"{job_id}/"):
+                result.listed += 1
+                m = RESULT_NAME.match(blob.name)
+                if not m or m["shard"] not in open_shards or _ts(blob.last_modified) > cutoff:
+                    continue
+                result.checked += 1
+                self._redrive_collect(result, "uncollected_result", blob.name)
+
+    def _redrive_collect(self, result: Pass, kind: str, name: str) -> bool:
+        target = f"{names.RESULTS}/{name}"
+        if self.dry_run:
+            self._act(result, Action(kind, target, "would_redrive", dry_run=True))
+            return True
+        if not self._spend():
+            return False
+        try:
+            done = collect(self.storage, name, self.ledger)
+        except Exception as exc:  # noqa: BLE001 - a transient error: the next pass tries again
+            self._act(result, Action(kind, target, "failed", f"{type(exc).__name__}: {str(exc)[:300]}"))
+            return False
+        detail = "" if done is None else f"counted={done.counted} job_done={done.job_done}"
+        self._act(result, Action(kind, target, "redriven", detail))
+        return True
+
+    # -- reports -------------------------------------------------------------------------------------
+
+    def _reports(self, result: Pass, state: dict, redrives: dict) -> None:
+        """Terminal jobs without a report, among the job rows changed since the last pass (less an hour;
+        the first pass looks at all). A report claim or a finish changes the row, so none is missed."""
+        if self.dry_run:
+            return
+        now, last = self.clock(), float(state.get("last_pass") or 0.0)
+        since = dt.datetime.fromtimestamp(max(last - REPORT_MARGIN_S, 0.0), dt.UTC)
+        rows = self.table_jobs().query_entities("RowKey eq @job and Timestamp ge @since",
+                                                parameters={"job": names.JOB_ROW, "since": since})
+        stale = min(60.0, float(self.settings.reconcile_grace_s))
+        pending = [JobRow.from_entity(r) for r in rows if not r.get("reported")]
+        for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale, jobs=pending):
+            self._act(result, Action("unreported_job", job_id, "requeued"))
+        waiting = [j for j in pending if j.status in TERMINAL_JOB and j.status != JobState.REJECTED]
+        # A job still waiting for its report keeps the window where it was until it is reported.
+        state["last_pass"] = last if waiting else now
+
+    # -- Event Grid dead letters and poisoned blob-trigger messages ------------------------------------
+
+    def _redrive_blob(self, result: Pass, redrives: dict, kind: str, container: str, name: str) -> bool:
+        if container == names.INCOMING:
+            try:
+                etag = str(self.storage.blob(names.INCOMING, name).get_blob_properties().etag)
+            except (ResourceNotFoundError, NotFound):
+                self._act(result, Action(kind, f"{container}/{name}", "skipped", "the blob is gone (moved or deleted)"))
+                return True
+            return self._redrive_ingest(result, redrives, kind, name, etag)
+        if container == names.RESULTS:
+            return self._redrive_collect(result, kind, name)
+        self._act(result, Action(kind, f"{container}/{name}", "skipped", "no function of upwell watches it"))
+        return True
+
+    def _dead_letters(self, result: Pass, state: dict, redrives: dict) -> None:
+        container = self.storage.container(names.EVENTGRID_DEADLETTER)
+        try:
+            blobs = list(container.list_blobs())
+        except ResourceNotFoundError:
+            return
+        for blob in blobs:
+            result.listed += 1
+            client = container.get_blob_client(blob.name)
+            try:
+                events = json.loads(client.download_blob().readall())
+            except (ValueError, ResourceNotFoundError, NotFound):
+                continue
+            resolved = all(self._redrive_blob(result, redrives, "dead_letter", *where)
+                           for where in _event_blobs(events if isinstance(events, list) else [events]))
+            if resolved and not self.dry_run:
+                client.delete_blob()
+
+    def _poison(self, result: Pass, state: dict, redrives: dict) -> None:
+        queue = self.storage.queue(names.BLOB_POISON_QUEUE)
+        try:
+            messages = (list(queue.peek_messages(max_messages=32)) if self.dry_run else
+                        list(queue.receive_messages(max_messages=32, visibility_timeout=POISON_LEASE_S)))
+        except ResourceNotFoundError:
+            return
+        for message in messages:
+            result.listed += 1
+            try:
+                body = json.loads(_text(message.content))
+                where = (body["ContainerName"], body["BlobName"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if self._redrive_blob(result, redrives, "poison", *where) and not self.dry_run:
+                queue.delete_message(message.id, message.pop_receipt)
+
+
+def _text(content: str) -> str:
+    """A poison message as written: plain JSON, or base64 of it (the host's messageEncoding)."""
+    import base64
+    import binascii
+
+    if content.lstrip().startswith("{"):
+        return content
+    try:
+        return base64.b64decode(content, validate=True).decode()
+    except (binascii.Error, ValueError):
+        return content
+
+
+def _event_blobs(events: list) -> Iterator[tuple[str, str]]:
+    """(container, blob name) of each Event Grid blob event, from its subject."""
+    for event in events:
+        subject = str((event or {}).get("subject") or "")
+        _, sep, rest = subject.partition("/containers/")
+        container, sep2, name = rest.partition("/blobs/")
+        if sep and sep2 and name:
+            yield container, name
+
+
+def recent_actions(storage: Storage, limit: int = 20) -> list[dict]:
+    """The reconciler's latest actions, newest first (for ``upwell status``)."""
+    table = storage.table(names.SCALE_TABLE)
+    try:
+        rows = [dict(r) for r in table.query_entities("PartitionKey eq @p and RowKey ne @s",
+                                                      parameters={"p": PARTITION, "s": STATE_ROW})]
+    except ResourceNotFoundError:
+        return []
+    rows.sort(key=lambda r: r["RowKey"], reverse=True)
+    return [{k: r.get(k) for k in ("at", "kind", "target", "outcome", "detail", "dry_run")} for r in rows[:limit]]
