@@ -16,8 +16,13 @@
   const time = (iso) => (iso ? String(iso).slice(11, 19) : "");
   const pill = (state) => `<span class="pill st-${esc(state)}" data-state="${esc(state)}">${esc(state.replace("_", " "))}</span>`;
 
+  // Redraw only what changed: a link under the pointer is not replaced while someone clicks it.
+  function setHTML(el, html) {
+    if (el._upwell !== html) { el.innerHTML = html; el._upwell = html; }
+  }
+
   function rows(tbody, items, render) {
-    tbody.innerHTML = items.length ? items.map(render).join("") : `<tr><td colspan="10" class="muted">none</td></tr>`;
+    setHTML(tbody, items.length ? items.map(render).join("") : `<tr><td colspan="10" class="muted">none</td></tr>`);
   }
 
   function drawJobs(jobs) {
@@ -43,22 +48,22 @@
   }
 
   function drawPools(pools) {
-    $("#pools").innerHTML = pools.map((p) => `<div class="pool" data-pool="${esc(p.pool)}">
+    setHTML($("#pools"), pools.map((p) => `<div class="pool" data-pool="${esc(p.pool)}">
       <b>${esc(p.pool)}</b> <span class="muted">${esc(p.backend)} · ${esc(p.price_key)}</span>
       <div>nodes <b class="nodes">${p.nodes}</b> (target ${p.target}, ${p.min_nodes}–${p.max_nodes}) · spot share ${Math.round(100 * p.spot_share)}%
       ${p.capped_by ? ` · capped by <b>${esc(p.capped_by)}</b>` : ""}</div>
       ${chart(p.series, p.max_nodes)}
       <div class="legend"><span style="color:#1d4ed8">■ nodes</span><span style="color:#a16207">■ backlog</span><span style="color:#15803d">■ spot</span></div>
-      ${p.message ? `<div class="st-failed">${esc(p.message)}</div>` : ""}</div>`).join("");
+      ${p.message ? `<div class="st-failed">${esc(p.message)}</div>` : ""}</div>`).join(""));
   }
 
   function drawDetail(d) {
     $("#job-detail").hidden = false;
     $("#detail-id").textContent = d.job_id;
-    $("#detail-summary").innerHTML = `${pill(d.state)} ${esc(d.name)} · ${d.shards_finished}/${d.shards_total} shards ·
+    setHTML($("#detail-summary"), `${pill(d.state)} ${esc(d.name)} · ${d.shards_finished}/${d.shards_total} shards ·
       cost so far ${usd(d.spent_usd)} of estimate ${usd(d.estimate_usd)} ${d.estimate_basis ? `<span class="muted">(${esc(d.estimate_basis)})</span>` : ""}
       · recoveries ${d.recoveries} · ETA ${dur(d.eta_s)}
-      ${d.report ? ` · <a id="detail-report" href="${esc(withKey(base + "/" + d.report))}">open the report</a>` : ""}`;
+      ${d.report ? ` · <a id="detail-report" href="${esc(withKey(base + "/" + d.report))}">open the report</a>` : ""}`);
     rows($("#shards tbody"), d.shards, (s) => `<tr><td class="mono">${esc(s.shard_id)}</td><td>${pill(s.status)}</td>
       <td class="mono">${esc(s.node)}</td><td class="n">${s.attempts}</td><td class="n">${s.preemptions}</td>
       <td class="n">${s.node_seconds.toFixed(1)}</td><td class="n">${usd(s.cost_usd)}</td><td>${esc(s.error)}</td></tr>`);
