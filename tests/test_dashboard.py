@@ -30,7 +30,7 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000")
 SAMPLE = b"""name: dashboard sweep
 payload: logistic
-owner: ana@lab.org
+owner: lead@lab.org
 project: ocean
 params: {steps: 400, burn_in: 50, sleep_s: 1.5}
 grid: {r: [2.9, 3.5, 3.9]}
@@ -124,7 +124,7 @@ def test_dashboard_in_chromium_job_queued_to_done_then_report(browser, artifacts
         assert _js(browser, "return document.querySelectorAll('#pools [data-pool=cpu] svg polyline').length") >= 1
         assert "cpu" in _text(browser, "#decisions")
         row = _text(browser, f'#jobs tr[data-job="{job_id}"]')
-        assert "3/3" in row and "ana@lab.org" in row
+        assert "3/3" in row and "lead@lab.org" in row
 
         # Open the job, then follow its report link.
         assert _click(browser, f'[data-open="{job_id}"]')

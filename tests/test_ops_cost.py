@@ -21,7 +21,7 @@ from upwell.storage import Storage
 
 SWEEP = """name: cost sweep
 payload: logistic
-owner: ana@lab.org
+owner: lead@lab.org
 project: ocean
 params: {{steps: 300, burn_in: 50, sleep_s: {sleep}}}
 grid: {{r: [2.9, 3.5, 3.9]}}
@@ -149,7 +149,7 @@ def test_cost_totals_match_reports_and_estimates_learn(store, azurite, tmp_path,
     for job in (first, second, runaway):
         assert by_job[job]["actual_usd"] == pytest.approx(sum(usd[job]), rel=1e-9, abs=1e-12)
     owners = {g["key"]: g["actual_usd"] for g in total("owner")["groups"]}
-    assert owners["ana@lab.org"] == pytest.approx(sum(usd[first]) + sum(usd[second]), rel=1e-9)
+    assert owners["lead@lab.org"] == pytest.approx(sum(usd[first]) + sum(usd[second]), rel=1e-9)
     assert owners["bo"] == pytest.approx(sum(usd[runaway]), rel=1e-9, abs=1e-12)
     projects = total("project")
     assert {g["key"] for g in projects["groups"]} >= {"ocean"}
@@ -157,11 +157,11 @@ def test_cost_totals_match_reports_and_estimates_learn(store, azurite, tmp_path,
     assert sum(g["actual_usd"] for g in projects["groups"] if g["key"] == "ocean") == pytest.approx(grand, rel=1e-9)
     monkeypatch.setenv("COLUMNS", "200")
     table = runner.invoke(app, ["cost", "--by", "owner"], catch_exceptions=False).output
-    assert "ana@lab.org" in table and "error" in table
+    assert "lead@lab.org" in table and "error" in table
 
-    # A budget per owner: ana has spent, so a job whose estimate would pass her budget is refused.
-    monkeypatch.setenv("UPWELL_BUDGETS", json.dumps({"owner": {"ana@lab.org": owners["ana@lab.org"] + 1e-6}}))
+    # A budget per owner: the lead has spent, so a job whose estimate would pass that budget is refused.
+    monkeypatch.setenv("UPWELL_BUDGETS", json.dumps({"owner": {"lead@lab.org": owners["lead@lab.org"] + 1e-6}}))
     name = "cost/d/job.yaml"
     _upload(store, name, SWEEP.format(sleep=0.5).encode())
     outcome = Ingestor(store, Settings.from_env()).ingest(name)
-    assert outcome.status == "rejected" and "owner 'ana@lab.org'" in outcome.message and "budget" in outcome.message
+    assert outcome.status == "rejected" and "owner 'lead@lab.org'" in outcome.message and "budget" in outcome.message

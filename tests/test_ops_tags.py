@@ -11,7 +11,7 @@ from upwell.scale.pools.base import PoolSpec
 
 OPTS = {"image": "lab.azurecr.io/upwell-worker:2", "subscription_id": "s", "resource_group": "rg",
         "account_name": "ba", "location": "eastus", "subnet_id": "/sub/net", "ssh_public_key": "ssh-ed25519 AAAA",
-        "tags": {"project": "ocean", "owner": "ana@lab.org"}, "ttl_days": 10}
+        "tags": {"project": "ocean", "owner": "lead@lab.org"}, "ttl_days": 10}
 REQUIRED = {tags.PROJECT, tags.OWNER, tags.EXPIRES}
 
 
@@ -21,7 +21,7 @@ def spec(backend: str) -> PoolSpec:
 
 def test_pool_tags_name_project_owner_pool_and_expiry():
     t = tags.pool_tags("cpu", "vmss", OPTS, now=datetime(2026, 1, 1, tzinfo=UTC))
-    assert t[tags.PROJECT] == "ocean" and t[tags.OWNER] == "ana@lab.org" and t[tags.POOL] == "cpu"
+    assert t[tags.PROJECT] == "ocean" and t[tags.OWNER] == "lead@lab.org" and t[tags.POOL] == "cpu"
     assert t[tags.EXPIRES] == "2026-01-11"
     assert tags.pool_tags("gpu", "aci", {}, now=datetime(2026, 1, 1, tzinfo=UTC))[tags.EXPIRES] == "2026-01-31"
 
@@ -35,11 +35,11 @@ def test_every_builder_tags_its_resource():
 
 
 def test_batch_job_is_tagged_with_the_job_and_has_a_wall_clock():
-    opts = build_batch.job_options(spec("batch"), "sweep-0123456789ab", project="ocean", owner="ana",
+    opts = build_batch.job_options(spec("batch"), "sweep-0123456789ab", project="ocean", owner="lead",
                                    max_wall_clock_s=7200)
     body = opts.as_dict()
     meta = tags.from_metadata(body["metadata"])
-    assert meta[tags.JOB] == "sweep-0123456789ab" and meta[tags.OWNER] == "ana" and meta[tags.POOL] == "cpu"
+    assert meta[tags.JOB] == "sweep-0123456789ab" and meta[tags.OWNER] == "lead" and meta[tags.POOL] == "cpu"
     assert body["id"] == "upwell-sweep-0123456789ab" and body["poolInfo"] == {"poolId": "upwell-cpu"}
     assert body["constraints"]["maxWallClockTime"] in ("PT2H", "PT7200S", "PT02H00M00S")
     assert body["onAllTasksComplete"] == "terminatejob"  # the REST name

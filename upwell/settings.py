@@ -110,7 +110,7 @@ class Settings:
     # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
     scale_on_ingest: bool = False
     project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
-    # UPWELL_BUDGETS: {"owner": {"ana@lab.org": 50}, "project": {"ocean": 500}}, USD per window
+    # UPWELL_BUDGETS: {"owner": {"lead@lab.org": 50}, "project": {"ocean": 500}}, USD per window
     budgets: dict = field(default_factory=dict)
     budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
@@ -159,7 +159,7 @@ def _budgets(text: str) -> dict[str, dict[str, float]]:
         raw = json.loads(text)
         out = {kind: {str(k): float(v) for k, v in (raw.get(kind) or {}).items()} for kind in ("owner", "project")}
     except (ValueError, TypeError, AttributeError):
-        raise ConfigError('UPWELL_BUDGETS must be JSON like {"owner": {"ana": 50}, "project": {"ocean": 500}}') \
+        raise ConfigError('UPWELL_BUDGETS must be JSON like {"owner": {"lead": 50}, "project": {"ocean": 500}}') \
             from None
     unknown = set(raw) - {"owner", "project"}
     if unknown:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.contract
 
 RG = "/subscriptions/s1/resourceGroups/rg"
 CP, NP = rf"{RG}/providers/Microsoft\.Compute", rf"{RG}/providers/Microsoft\.Network"
-TAGS = {T.PROJECT: "ocean", T.OWNER: "ana", T.EXPIRES: "2099-01-01"}
+TAGS = {T.PROJECT: "ocean", T.OWNER: "lead", T.EXPIRES: "2099-01-01"}
 OLD = {**TAGS, T.EXPIRES: "2020-01-01"}
 
 
@@ -93,7 +93,7 @@ def _jobs(server, ledger: Ledger, tag: str) -> dict[str, str]:
     ledger.create_job(JobRow.from_entity({"job_id": done, "status": "succeeded", "created_at": two_hours_ago}))
     ledger.create_job(JobRow.from_entity({"job_id": running, "status": "running", "started_at": two_hours_ago}))
     ledger.create_job(JobRow.from_entity({"job_id": overdue, "status": "running", "started_at": two_hours_ago,
-                                          "max_wall_clock_s": 600, "owner": "ana", "project": "ocean"}))
+                                          "max_wall_clock_s": 600, "owner": "lead", "project": "ocean"}))
     batch_jobs = [{"id": f"upwell-{j}", "state": "active", "metadata": meta({**TAGS, T.JOB: j})}
                   for j in (done, running, overdue)] + [{"id": "their-job", "state": "active", "metadata": []}]
     server.route("GET", r"/jobs", (200, {"value": batch_jobs}))
@@ -167,7 +167,7 @@ def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, 
     J.record(store, findings, applied=True)
     rows = [r for r in J.recent(store, limit=500) if r["name"] in by_name]
     assert {r["name"]: r["result"] for r in rows}["leak-disk"] == "deleted"
-    assert json.loads(next(r for r in rows if r["name"] == "leak-disk")["tags"])[T.OWNER] == "ana"
+    assert json.loads(next(r for r in rows if r["name"] == "leak-disk")["tags"])[T.OWNER] == "lead"
 
 
 def test_contract_janitor_policy_file(cloud, credential, client_kwargs, ledger, tmp_path):
