@@ -7,6 +7,7 @@ The processes are real: the ``logistic`` payload, whose ``sleep_s`` and
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -211,3 +212,15 @@ run_payload(item, Path({str(tmp_path / "w")!r}))
     else:
         os.kill(payload_pid, signal.SIGKILL)
         raise AssertionError("the payload outlived its agent")
+
+
+def test_a_stop_that_kills_the_payload_before_its_handler_is_a_preemption(tmp_path):
+    """A spot eviction during start-up: the forwarded SIGTERM (SIGUSR1 for MPI) kills the payload before
+    it installed its handler. The agent stopped it; it did not fail. Unasked, the same death is a failure."""
+    from workers.launch import _Outcome, _status
+
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        assert _status(-signum, tmp_path, _Outcome(stopped=True)) == "preempted"
+        assert _status(-signum, tmp_path, _Outcome()) == "failed"
+    assert _status(-signal.SIGKILL, tmp_path, _Outcome(stopped=True)) == "failed"  # ignored the stop: killed
+    assert _status(-signal.SIGTERM, tmp_path, _Outcome(stopped=False, timed_out=True)) == "failed"

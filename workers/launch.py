@@ -384,6 +384,10 @@ def _status(code: int | None, workdir: Path, outcome: _Outcome) -> str:
         return "succeeded"
     if code == registry.EXIT_PREEMPTED:
         return "preempted"
+    # A stop that lands before the payload installed its handler (a spot eviction during start-up)
+    # kills it with that very signal: the agent stopped it, it did not fail on its own.
+    if outcome.stopped and code is not None and -code in (signal.SIGTERM, signal.SIGUSR1):
+        return "preempted"
     # torchrun exits 1 after forwarding SIGTERM, whatever its workers returned;
     # rank 0 leaves exit.json behind when it checkpointed and exited 75.
     if outcome.stopped and _read_json(workdir / EXIT_FILE).get("status") == "preempted":
