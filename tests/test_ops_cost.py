@@ -91,6 +91,19 @@ def test_parse_since():
 
 # -- through the pipeline ------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    """This module's own Azurite: the learned estimate must start from an empty ledger, not from the
+    logistic jobs that other tests ran on the session's Azurite."""
+    from upwell.local.azurite import start_on_free_ports
+
+    emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-cost"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
 @pytest.fixture
 def store(azurite):
     s = Storage(azurite.connection_string)

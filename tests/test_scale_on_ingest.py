@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import azure.functions as func
 import pytest
 
 from tests.pipeline_helpers import pipeline_env
@@ -19,10 +18,23 @@ pytestmark = pytest.mark.integration
 JOB = b"payload: logistic\nparams: {steps: 20, burn_in: 5}\ngrid: {r: [3.1]}\n"
 
 
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    """This module's own Azurite: the backlog must be this test's alone, not shards that other tests
+    left running on the session's Azurite."""
+    from upwell.local.azurite import start_on_free_ports
+
+    emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-nudge"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
 def _ingest(store: Storage, name: str) -> None:
     store.blob(names.INCOMING, name).upload_blob(JOB, overwrite=True)
     fn = {s.name: s for s in load_functions("function_app:app")}["ingest"].func
-    fn(func.blob.InputStream(data=JOB, name=f"{names.INCOMING}/{name}", length=len(JOB)))
+    fn(store.blob(names.INCOMING, name))  # the SDK-type binding: a BlobClient, nothing downloaded first
 
 
 @pytest.mark.parametrize("nudge", [True, False])

@@ -167,7 +167,7 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
 
 def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slurm, tmp_path):
     job_id = _ingest(store, "slurm/heat/job.yaml", b"payload: heat-mpi\npool: mpi\nresources: {ranks: 1}\n"
-                     b"params: {nx: 128, t_end: 0.03, checkpoint_every: 100}\ngrid: {alpha: [1.0]}\n")
+                     b"params: {nx: 128, t_end: 0.2, checkpoint_every: 100}\ngrid: {alpha: [1.0]}\n")
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, name="mpi", cpus_per_task=2)
     pool.scale_to(1)
@@ -230,7 +230,8 @@ def test_a_node_set_down_mid_run_loses_no_shard(store, slurm, tmp_path):
     results = [json.loads(store.read(f"results/{job_id}/s{i:05d}.json")) for i in range(4)]
     assert [r["status"] for r in results] == ["succeeded"] * 4, [r.get("error") for r in results]
     assert NodeState.FAILED in seen, seen  # the killed agent's job showed as NODE_FAIL
-    assert not store.queue(names.poison_queue(names.work_queue("cpu"))).peek_messages(max_messages=1)
+    poisoned = store.queue(names.poison_queue(names.work_queue("cpu"))).peek_messages(max_messages=32)
+    assert not [m for m in poisoned if job_id in m.content]  # the queue is shared with other tests' jobs
     assert sorted(r["metrics"]["r"] for r in results) == [3.1, 3.3, 3.5, 3.7]
     pool.scale_to(0)
 
@@ -263,7 +264,7 @@ def test_slurm_preemption_reaches_the_agent_which_checkpoints(store, slurm, tmp_
     """A job in the higher-tier partition preempts the agent (PreemptMode=CANCEL, GraceTime): Slurm's
     SIGTERM reaches the agent and the ranks, the shard checkpoints, and the next agent resumes."""
     job_id = _ingest(store, "slurm/preempt/job.yaml", b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
-                     b"params: {nx: 128, t_end: 0.03, checkpoint_every: 100}\ngrid: {alpha: [0.5]}\n")
+                     b"params: {nx: 256, t_end: 0.2, checkpoint_every: 100}\ngrid: {alpha: [0.5]}\n")
     ledger = Ledger(store)
     pool = _pool(store, tmp_path, name="mpi", cpus_per_task=2)
     pool.scale_to(1)

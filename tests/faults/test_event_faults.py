@@ -175,6 +175,10 @@ def test_a_function_that_times_out_is_cancelled_and_retried(stack, monkeypatch):
             harness.wait_until(lambda: host.publisher.subscribed, 20, "the event subscriptions")
             job_id = harness.upload(stack.storage, "faults/timeout/job.yaml", harness.sweep("timeout", SHARDS))
             harness.verify(stack, job_id, counts)
+            # The reconciler may have ingested the upload while the first invocation hung (its grace is
+            # shorter than functionTimeout): wait for the timed-out invocation and its retry to be recorded.
+            harness.wait_until(lambda: sum(1 for r in host.invocations if r.function == "ingest") >= 2, 60,
+                               "the timed-out ingest and its retry")
             ingests = [r for r in host.invocations if r.function == "ingest"]
             assert [r.outcome for r in ingests][:2] == ["failed", "succeeded"], ingests
             assert "FunctionTimeoutError" in ingests[0].error and ingests[0].duration_s < 23
