@@ -204,7 +204,7 @@ def test_cancel_keeps_the_checkpoint_and_rerun_resumes_from_it(store, tmp_path):
     path = "life/heat/job.yaml"
     store.blob(names.INCOMING, path).upload_blob(
         b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
-        b"params: {nx: 128, t_end: 0.2, checkpoint_every: 50}\ngrid: {alpha: [1.0]}\n", overwrite=True)
+        b"params: {nx: 256, t_end: 0.2, checkpoint_every: 50}\ngrid: {alpha: [1.0]}\n", overwrite=True)
     job = Ingestor(store, Settings()).ingest(path).job_id
     config = AgentConfig(pool="mpi", node_id="node-heat", scratch=str(tmp_path / "scratch"), poll_s=0.2,
                          max_items=1, lease_s=30)
