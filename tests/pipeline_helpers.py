@@ -55,6 +55,19 @@ def running_host(connection: str, state_dir: Path):
             LocalPool(spec, state_dir).close(timeout=10)
 
 
+def wait_for(predicate, timeout: float, what: str, on_timeout=lambda: "", poll_s: float = 0.2):
+    """Poll ``predicate`` until it returns something truthy (returned), or fail naming ``what`` and,
+    where given, what ``on_timeout()`` says about the state at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    detail = on_timeout()
+    raise AssertionError(f"timed out waiting for {what}" + (f"; {detail}" if detail else ""))
+
+
 def wait_reported(storage: Storage, job_id: str, timeout: float = 120.0) -> dict:
     ledger = Ledger(storage)
     deadline = time.monotonic() + timeout

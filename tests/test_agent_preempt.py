@@ -9,11 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.pipeline_helpers import wait_for
 from upwell import names
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
@@ -40,14 +40,8 @@ def _agent(connection: str, pool: str, home: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT)
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+def _wait(predicate, timeout: float, what: str, on_timeout=lambda: ""):
+    return wait_for(predicate, timeout, what, on_timeout, poll_s=0.2)
 
 
 @pytest.mark.parametrize("payload", sorted(CASES))

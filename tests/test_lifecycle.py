@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
+from tests.pipeline_helpers import wait_for
 from upwell import logs, names
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
@@ -63,14 +64,8 @@ def _cli(*args: str):
     return result.exit_code, result.output
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+def _wait(predicate, timeout: float, what: str, on_timeout=lambda: ""):
+    return wait_for(predicate, timeout, what, on_timeout, poll_s=0.1)
 
 
 def test_cancel_stops_the_running_shard_and_drains_only_its_own_messages(store, tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import pipeline_env, running_host, wait_reported
+from tests.pipeline_helpers import pipeline_env, running_host, wait_for, wait_reported
 from upwell import names
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
@@ -59,13 +59,7 @@ def store(azurite, monkeypatch, slurm) -> Storage:
 
 
 def _wait(predicate, timeout: float, what: str, on_timeout=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}; {on_timeout()}")
+    return wait_for(predicate, timeout, what, on_timeout, poll_s=0.3)
 
 
 def _pool(store: Storage, tmp_path: Path, name: str = "cpu", **options) -> SlurmPool:
