@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import REPO, pipeline_env, running_host
+from tests.pipeline_helpers import POOLS, REPO, pipeline_env, running_host, wait_for
 from upwell import names
 from upwell.ingest.ingestor import job_id_for
 from upwell.ops import dashboard
@@ -36,6 +36,33 @@ params: {steps: 400, burn_in: 50, sleep_s: 1.5}
 grid: {r: [2.9, 3.5, 3.9]}
 """
 BAD = b"name: not runnable\npayload: no-such-payload\n"
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    """This module's own Azurite: the page then lists this test's jobs, not the hundreds that other
+    tests left on the session's Azurite (each poll would read them all)."""
+    from upwell.local.azurite import start_on_free_ports
+
+    emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-dashboard"))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+def _pools(cpu_max: int) -> str:
+    return json.dumps({**POOLS, "cpu": {**POOLS["cpu"], "max_nodes": cpu_max}})
+
+
+def _release_cpu_pool(monkeypatch) -> None:
+    """Let the scaler start cpu workers: the host runs in this process and reads settings anew."""
+    import handlers.context
+    import handlers.scale
+
+    monkeypatch.setenv("UPWELL_POOLS", _pools(2))
+    handlers.context.reset()
+    handlers.scale.autoscaler.cache_clear()
 
 
 @pytest.fixture
@@ -95,7 +122,9 @@ def test_dashboard_in_chromium_job_queued_to_done_then_report(browser, artifacts
 
     store = Storage(azurite.connection_string)
     store.ensure()
-    pipeline_env(monkeypatch, azurite.connection_string, tmp_path)
+    # The cpu pool is held at zero nodes, so the job stays queued until the page has shown it so;
+    # then the pool is released. Racing a 1.5 s poll against a fast pipeline is not a test.
+    pipeline_env(monkeypatch, azurite.connection_string, tmp_path, UPWELL_POOLS=_pools(0))
     with running_host(azurite.connection_string, tmp_path) as host:
         url = f"{host.http_url}/api/dashboard"
         assert host.http_url.startswith("http://127.0.0.1:")  # loopback only
@@ -107,7 +136,11 @@ def test_dashboard_in_chromium_job_queued_to_done_then_report(browser, artifacts
         etag = store.blob(names.INCOMING, "dash/sweep/job.yaml").upload_blob(SAMPLE, overwrite=True)["etag"]
         job_id = job_id_for("dash/sweep/job.yaml", etag)
 
-        seen: list[str] = []
+        wait_for(lambda: _state(browser, job_id) == "queued", 60, "the page to show the job queued",
+                 lambda: f"state on the page: {_state(browser, job_id)}")
+        seen: list[str] = ["queued"]
+        browser.save_screenshot(str(artifacts / "1-1-queued.png"))
+        _release_cpu_pool(monkeypatch)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             state = _state(browser, job_id)
