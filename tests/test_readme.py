@@ -21,9 +21,9 @@ preceded by a mark that says how it is checked:
   upload`` example is also replayed, at its place in the order, with the Storage SDK (the same container, blob
   name and file), and the ``upwell status`` line the README gives after it must find the job.
 - ``<!-- example: suite -->``: ``make demo`` and ``make test``. They are not run here: ``make test`` runs this
-  very test (and every other suite), and ``make demo`` is every sample end to end for minutes, which
-  ``tests/test_pipeline.py`` and ``tests/test_up.py`` cover piece by piece. This test checks that the targets
-  exist in the Makefile.
+  very test (and every other suite), and ``make demo`` runs every sample end to end for many minutes (its parts
+  are tested on their own: ``upwell up`` here and in ``tests/test_up.py``, the pipeline in ``tests/test_pipeline.py``,
+  each payload in its own tests). This test checks that the targets exist in the Makefile.
 
 An unmarked ``sh`` block, an unlabelled fence or an unknown mark fails ``test_every_block_is_labelled_and_marked``.
 The ``yaml`` blocks must load as the manifest or pipeline rule they show.
@@ -110,19 +110,38 @@ def _lines(word: str) -> list[str]:
 # --- static checks -------------------------------------------------------------------------------------------
 
 
+def _label_problems(text: str) -> list[str]:
+    """What is wrong with the fences and marks of a README: each problem names its line."""
+    problems, blocks = [], _blocks(text)
+    for b in blocks:
+        if b.language not in LANGUAGES:
+            problems.append(f"line {b.line}: fence language {b.language!r}; label it one of {sorted(LANGUAGES)}")
+        elif b.language == "sh" and b.mark not in MARKS:
+            problems.append(f"line {b.line}: a shell block needs `<!-- example: local -->` (run by this test), "
+                            "`<!-- example: azure -->` or `<!-- example: suite -->` on the line before it")
+        elif b.language != "sh" and b.mark is not None:
+            problems.append(f"line {b.line}: a mark belongs before a `sh` block, not a {b.language} one")
+    if len(re.findall(r"<!-- example:", text)) != sum(b.mark is not None for b in blocks):
+        problems.append("an `<!-- example: ... -->` mark that no fenced block follows")
+    return problems
+
+
 def test_every_block_is_labelled_and_marked():
     assert BLOCKS, "no fenced blocks found in README.md"
-    for b in BLOCKS:
-        assert b.language in LANGUAGES, \
-            f"README.md line {b.line}: fence language {b.language!r}; label it one of {sorted(LANGUAGES)}"
-        if b.language == "sh":
-            assert b.mark in MARKS, (f"README.md line {b.line}: a shell block needs `<!-- example: local -->` (run "
-                                     "by this test), `<!-- example: azure -->` or `<!-- example: suite -->` before it")
-        else:
-            assert b.mark is None, f"README.md line {b.line}: a mark belongs before a `sh` block, not {b.language}"
-    stray = len(re.findall(r"<!-- example:", README)) - sum(b.mark is not None for b in BLOCKS)
-    assert stray == 0, "an `<!-- example: ... -->` mark that no fenced block follows"
+    assert _label_problems(README) == []
     assert {b.mark for b in BLOCKS if b.language == "sh"} == MARKS
+
+
+@pytest.mark.parametrize("text", [
+    "```sh\nls\n```\n",  # a shell block without a mark
+    "```\nls\n```\n",  # no language
+    "```bash\nls\n```\n",  # a shell block under another name
+    "<!-- example: maybe -->\n```sh\nls\n```\n",  # an unknown mark
+    "<!-- example: local -->\n```yaml\na: 1\n```\n",  # a mark on a block that is not shell
+    "<!-- example: local -->\n\ntext\n\n```sh\nls\n```\n",  # a mark that is not right before its block
+])
+def test_an_unmarked_or_unlabelled_block_is_caught(text):
+    assert _label_problems(f"# x\n\n<!-- example: local -->\n```sh\nls\n```\n\n{text}")
 
 
 def test_every_shell_block_parses():
@@ -242,6 +261,7 @@ class Reader:
         self.ready = threading.Event()
         self.job = ""  # the job id the latest `submit` printed
         self.cancelled: list[str] = []  # the shards the latest `cancel` stopped
+        self.az_job = ""  # the job of the replayed az upload
         self.timings: list[tuple[float, str]] = []
 
     def run(self, line: str, timeout: float = 240) -> tuple[str, str]:
@@ -281,18 +301,29 @@ class Reader:
         return "".join(self.up_output)
 
     def leave_nothing(self) -> None:
-        """After a failure: stop `up`, the devhost it started (own session), its workers and its Azurite."""
+        """After a failure: stop `up`; if Ctrl-C does not, kill it, the devhost and Azurite it started (each in its
+        own session) and its workers."""
         if self.up is None or self.up.poll() is not None:
             return
         try:
             self.ctrl_c()
         except subprocess.TimeoutExpired:
+            ours = ["--blobPort", str(self.ports[0])]  # the Azurite on this test's own free port
+            azurites = [pid for pid in filter(str.isdigit, os.listdir("/proc"))
+                        if any(_argv(pid)[i:i + 2] == ours for i in range(len(_argv(pid))))]
             for pid in [*re.findall(r"devhost pid (\d+)", "".join(self.up_output)),
-                        *live_worker_pids(self.clone / ".upwell" / "pools"), self.up.pid]:
+                        *live_worker_pids(self.clone / ".upwell" / "pools"), *azurites, self.up.pid]:
                 try:
                     os.killpg(int(pid), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+def _argv(pid: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    except OSError:
+        return []
 
 
 def _check(reader: Reader, line: str, stdout: str, stderr: str) -> None:
@@ -381,6 +412,7 @@ def _as_az_would(reader: Reader, block: Block) -> None:
     status = re.search(r"`(\.venv/bin/upwell status [^`]+)`", after.split("\n\n", 2)[1])[1]
     out = "".join(reader.run(status))
     assert job_id in out and re.search(r"accepted|running|succeeded", out), out
+    reader.az_job = job_id
 
 
 @pytest.mark.integration
@@ -406,6 +438,9 @@ def test_local_examples_run_in_order(clone: Path, tmp_path: Path):
                     _check(reader, line, *reader.run(line))
                 ran += 1
         assert reader.up is not None, "no local block starts `upwell up`"
+        az = wait_for(lambda: (row := Ledger(reader.storage).job(reader.az_job)) and row.reported and row, 120,
+                      "the job of the az upload to be reported")  # done long before: it ran beside the payloads
+        assert az.status.value == "succeeded", az
         said = reader.ctrl_c()
     finally:
         reader.leave_nothing()
