@@ -94,3 +94,13 @@ def test_watch_on_an_unknown_id_says_no_such_job_at_once(store):
     etag = blob.upload_blob(b"payload: logistic\n", overwrite=True)["etag"]
     code, out = _cli("watch", job_id_for("ids/pending/job.yaml", etag), "--timeout", "1")
     assert code == 1 and "no such job" not in out, out
+
+
+def test_watch_on_a_path_just_uploaded_waits_for_its_ingest(store):
+    """`submit ... --prefix runs/` then at once `watch runs/<folder>`: the upload is there, its job not yet."""
+    store.blob(names.INCOMING, "ids/just-now/job.yaml").upload_blob(b"payload: logistic\n", overwrite=True)
+    for path in ("ids/just-now", "incoming/ids/just-now/job.yaml"):
+        code, out = _cli("watch", path, "--timeout", "1")
+        assert code == 1 and "no such job" not in out and "waiting" in out, out
+    code, out = _cli("watch", "ids/never-uploaded", "--timeout", "60")
+    assert code == 1 and "no such job" in out, out

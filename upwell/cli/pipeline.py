@@ -285,9 +285,10 @@ def watch(job: list[str] = typer.Argument(..., help="job ids, names or upload pa
 
 
 def _known_job(text: str) -> str:
-    """A job that exists, or an id whose upload is in incoming/ and not yet ingested; else 'no such job' now."""
+    """A job that exists, or an id or path whose upload is in incoming/ and not yet ingested (the job that its
+    ingest will create); else 'no such job' now."""
     from upwell.cli.jobs import err
-    from upwell.lifecycle.find import NoSuchJob, find_job, pending_upload
+    from upwell.lifecycle.find import NoSuchJob, find_job, pending_path, pending_upload
 
     storage = _storage()
     try:
@@ -295,6 +296,8 @@ def _known_job(text: str) -> str:
     except NoSuchJob as exc:
         if not any(c in text for c in "/\\#?") and pending_upload(storage, text):
             return text  # uploaded a moment ago: its ingest will create it
+        if job_id := pending_path(storage, text):
+            return job_id  # `watch runs/x` right after `submit ... --prefix runs/`
         err.print(f"[red]{exc}[/]", soft_wrap=True)
         raise typer.Exit(1) from None
 

@@ -69,3 +69,18 @@ def pending_upload(storage: Storage, job_id: str) -> str | None:
         if job_id_for(blob.name, etag) == job_id:
             return f"{names.INCOMING}/{blob.name}"
     return None
+
+
+def pending_path(storage: Storage, text: str) -> str | None:
+    """The job id that the upload at path ``text`` (a blob under incoming/, or a folder holding a manifest) will
+    create once it is ingested, if that upload is there; a command typed right after `upwell submit` waits for it."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    for path in sorted(_paths(text)):
+        name = path[len(names.INCOMING) + 1:]
+        try:
+            etag = storage.blob(names.INCOMING, name).get_blob_properties().etag
+        except ResourceNotFoundError:
+            continue
+        return job_id_for(name, etag if etag.startswith('"') else f'"{etag}"')
+    return None
