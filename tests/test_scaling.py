@@ -125,7 +125,12 @@ def test_spot_share_rebalances_and_recovers():
     d = decide(spec, obs(visible=10), PolicyState())
     assert (d.spot, d.dedicated) == (8, 2)
     d = decide(spec, obs(visible=10, nodes=10, spot_nodes=5, preempted_recent=3), d.state)
-    assert d.state.spot_share == pytest.approx(0.4) and d.spot == 4 and "preemption rate" in d.reason
+    assert d.state.spot_share == pytest.approx(0.4) and "preemption rate" in d.reason
+    assert d.spot == 5  # every node is busy: a spot node cannot go, so none is swapped (the pool would pass 10)
+    d2 = decide(spec, obs(visible=6, in_flight=4, nodes=10, idle=6, spot_nodes=5, preempted_recent=3), d.state)
+    assert (d2.spot, d2.dedicated) == (4, 6)  # with idle nodes the split follows the lower share
+    assert decide(spec, obs(visible=10, in_flight=5, nodes=10, idle=5, spot_nodes=5, preempted_recent=3),
+                  d.state).spot == 5  # never under the spot nodes that may be busy
     d = decide(spec, obs(visible=10, nodes=10, spot_nodes=4, preempted_recent=1), d.state)
     assert d.state.spot_share == pytest.approx(0.4)  # 1/5 = 20% is not above the threshold: hold
     d = decide(spec, obs(visible=10, nodes=10, spot_nodes=4), d.state)

@@ -40,7 +40,8 @@ def test_every_task_completes_and_the_pool_empties(name):
     for policy in ("upwell", "batch-formula", "keda", "keda-all"):
         r = sim.run(t, policy, 0)
         assert r.tasks == r.completed == n and r.makespan_min > 0 and r.cost_usd > 0
-        assert r.series["nodes"][-1] in (0, 1)  # the last sample may precede the final removal
+        # The last sample may precede the final removal: its nodes are busy ones, and at most one kept warm.
+        assert r.series["nodes"][-1] - r.series["busy"][-1] <= 1
         assert r.peak_nodes <= t.max_nodes
 
 
