@@ -11,6 +11,10 @@ The model:
 - a spot node may be evicted (Poisson, per spot node-hour) with 30 s notice: it
   takes no task in the notice; its task goes back to the queue, keeping the work
   up to its last checkpoint; the platform replaces the node (the target is kept);
+- upwell's policy sees what the Autoscaler reads: the queue, the pool, the active jobs' creation times (the
+  arrivals it learns from, in its PolicyState only) and their per-shard estimate (the trace's mean duration,
+  as ingest learns it from earlier results); it is evaluated on its timer and at each arrival (ingest's scale
+  nudge, UPWELL_SCALE_ON_INGEST, on in the Bicep deployment);
 - the policy's Plan is applied at once: asked-for nodes start booting; removal
   follows the plan's mode (idle / taskcompletion / kill, see simulate_policies);
 - with a budget in the trace, no task is dispatched once the spend reaches it
