@@ -398,7 +398,7 @@ def _settle(spec: PoolSpec, obs: Observation, state: PolicyState, spot: int, ded
     kept = share if spec.spot_share > 0 else None
     if want >= obs.nodes:
         notes.append(f"target {want}")
-        new = replace(state, low_votes=0, idle_since=idle_since, last_target=want, spot_share=kept)
+        new = _carry(state, 0, idle_since, want, kept)
         return Decision(want, "; ".join(notes), new, spot, ded, capped_by, message)
     votes = state.low_votes + 1
     needed = spec.scale_down_votes
@@ -427,9 +427,15 @@ def _settle(spec: PoolSpec, obs: Observation, state: PolicyState, spot: int, ded
     removable = obs.nodes - final
     if removable:
         notes.append(f"shrink to {final}: remove {removable} idle" + (f", {busy} busy stay" if final > want else ""))
-    new = replace(state, low_votes=votes if final > want else 0, idle_since=idle_since, last_target=final,
-                  spot_share=kept)
+    new = _carry(state, votes if final > want else 0, idle_since, final, kept)
     return Decision(final, "; ".join(notes), new, spot, ded, capped_by, message, removable)
+
+
+def _carry(state: PolicyState, votes: int, idle_since: float | None, target: int,
+           share: float | None) -> PolicyState:
+    """The next state: this evaluation's votes, idle time, target and share; the learned arrivals carried."""
+    return PolicyState(votes, idle_since, target, share, state.last_arrival, state.gap_s, state.episode_start,
+                       state.episode_gap_s)
 
 
 def _afford_shrink(spec: PoolSpec, obs: Observation, final: int, spot: int, ded: int, busy: int,
