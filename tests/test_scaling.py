@@ -85,14 +85,14 @@ def test_target_table(backlog, per_node, lo, hi, expected):
      PolicyState(), {"target": 4, "says": "4 queued"}),
     # -- arrivals are learned into the state: the mean gap within an episode, the time between episodes
     ("learn: the first arrival opens an episode", SPEC, obs(visible=1, now=100.0, boot_s=360, arrivals=((90.0, 1),)),
-     PolicyState(), {"target": 1, "last_arrival": 90.0, "episode_start": 90.0, "gap_s": None}),
+     PolicyState(), {"target": 1, "last_arrival": 90.0, "episode_start": 90.0, "gap_s": None, "episodes": 1}),
     ("learn: a gap within a boot is a gap per shard", SPEC,
      obs(visible=1, now=200.0, boot_s=360, arrivals=((90.0, 1), (190.0, 2))),
      PolicyState(last_arrival=90.0, episode_start=90.0), {"gap_s": 50.0, "last_arrival": 190.0}),
     ("learn: a pause longer than a boot starts an episode", SPEC,
      obs(visible=1, now=7300.0, boot_s=360, arrivals=((7290.0, 1),)),
-     PolicyState(last_arrival=400.0, gap_s=8.0, episode_start=90.0),
-     {"episode_start": 7290.0, "episode_gap_s": 7200.0, "gap_s": 8.0}),
+     PolicyState(last_arrival=400.0, gap_s=8.0, episode_start=90.0, episodes=1),
+     {"episode_start": 7290.0, "episode_gap_s": 7200.0, "gap_s": 8.0, "episodes": 2}),
     ("learn: arrivals already counted are not counted again", SPEC,
      obs(now=300.0, boot_s=360, arrivals=((90.0, 1), (190.0, 2))),
      PolicyState(last_arrival=190.0, gap_s=50.0, episode_start=90.0), {"gap_s": 50.0, "last_arrival": 190.0}),
@@ -122,14 +122,20 @@ def test_target_table(backlog, per_node, lo, hi, expected):
     # 90 of the 120 min, less a boot: 6 twelve-minute tasks per new node, so 7 nodes for 40
     ("episode: 40 twelve-minute tasks, episodes every two hours: 7 nodes, not 20", replace(SPEC, max_step=20),
      obs(visible=40, task_s=720, boot_s=360, now=7300.0),
-     PolicyState(last_arrival=7290.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0),
+     PolicyState(last_arrival=7290.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=3),
      {"target": 7, "capped_by": "episode", "says": "episodes come every 120 min"}),
     ("episode: the nodes there (booting ones too) run the backlog: no new node", replace(SPEC, max_step=20),
      obs(visible=40, task_s=720, boot_s=360, nodes=7, idle=7, now=7320.0),
-     PolicyState(last_arrival=7310.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0), {"target": 7}),
+     PolicyState(last_arrival=7310.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=3),
+     {"target": 7}),
     ("episode: too late to finish before the next, the plain rule decides", replace(SPEC, max_step=20),
      obs(visible=40, task_s=720, boot_s=360, now=11900.0),
-     PolicyState(last_arrival=11890.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0), {"target": 20}),
+     PolicyState(last_arrival=11890.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=3),
+     {"target": 20}),
+    ("episode: one gap between two episodes is no pattern yet", replace(SPEC, max_step=20),
+     obs(visible=40, task_s=720, boot_s=360, now=7300.0),
+     PolicyState(last_arrival=7290.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=2),
+     {"target": 20}),
     ("episode: nothing learned, the plain rule decides", replace(SPEC, max_step=20),
      obs(visible=40, task_s=720, boot_s=360, now=100.0), PolicyState(), {"target": 20, "capped_by": "max"}),
     # -- a growing pool never asks a kind below the nodes of it that may be busy
@@ -243,7 +249,8 @@ def observations(draw, budget=True, quota=True):
 maybe_s = st.one_of(st.none(), st.floats(0, 1e5))
 maybe_gap = st.one_of(st.none(), st.floats(0.1, 1e4))
 states = st.builds(PolicyState, st.integers(0, 5), maybe_s, st.integers(0, 60),
-                   st.one_of(st.none(), st.sampled_from([0.0, 0.1, 0.5, 1.0])), maybe_s, maybe_gap, maybe_s, maybe_gap)
+                   st.one_of(st.none(), st.sampled_from([0.0, 0.1, 0.5, 1.0])), maybe_s, maybe_gap, maybe_s, maybe_gap,
+                   st.integers(0, 5))
 
 
 def _check_shape(d: Decision, o: Observation) -> None:

@@ -63,6 +63,8 @@ QUIET_GAPS = 3.0
 # The part of the learned time between episode starts that one episode's queued work is sized to take: the
 # rest is slack for an episode that comes early (the instrument day's drops vary by 20 minutes in 120).
 EPISODE_SHARE = 0.75
+# Episodes seen (two gaps between them) before their recurrence is trusted to size the pool.
+EPISODES_SEEN = 3
 # While arrivals keep coming, new nodes start only for queued work the nodes there would leave waiting longer
 # than this many boot times (a wait costs nothing unless no work follows; a boot always costs).
 STREAM_BOOTS = 3.0
@@ -121,6 +123,7 @@ class PolicyState:
     gap_s: float | None = None
     episode_start: float | None = None
     episode_gap_s: float | None = None
+    episodes: int = 0  # episode starts seen
 
 
 @dataclass(frozen=True)
@@ -212,15 +215,17 @@ def learn(state: PolicyState, obs: Observation) -> PolicyState:
     if not new:
         return state
     last, gap, start, episode_gap = state.last_arrival, state.gap_s, state.episode_start, state.episode_gap_s
+    episodes = state.episodes
     for t in sorted(new):
         if last is None or t - last > quiet_s(obs):
             if start is not None:
                 episode_gap = _mean(episode_gap, t - start)
-            start = t
+            start, episodes = t, episodes + 1
         else:
             gap = _mean(gap, (t - last) / new[t])
         last = t
-    return replace(state, last_arrival=last, gap_s=gap, episode_start=start, episode_gap_s=episode_gap)
+    return replace(state, last_arrival=last, gap_s=gap, episode_start=start, episode_gap_s=episode_gap,
+                   episodes=episodes)
 
 
 def expected_gap(state: PolicyState, now: float) -> float | None:
@@ -296,8 +301,9 @@ def _episode_cap(spec: PoolSpec, obs: Observation, state: PolicyState, want: int
                  notes: list[str]) -> tuple[int, str]:
     """Fewer, longer-lived nodes: when episodes of arrivals recur, the queued work need only be done before the
     next one is due, so new nodes beyond those that finish it by then each cost a boot for nothing.
-    Never removes a node; off until an episode gap, a task time and a boot time are known."""
-    if (state.episode_gap_s is None or state.episode_start is None or not obs.task_s or obs.task_s <= 0
+    Never removes a node; off until EPISODES_SEEN episodes, a task time and a boot time are known."""
+    if (state.episodes < EPISODES_SEEN or state.episode_gap_s is None or state.episode_start is None
+            or not obs.task_s or obs.task_s <= 0
             or obs.boot_s <= 0 or want <= max(obs.nodes, spec.min_nodes)):
         return want, capped_by
     due = state.episode_start + EPISODE_SHARE * state.episode_gap_s - obs.now
@@ -435,7 +441,7 @@ def _carry(state: PolicyState, votes: int, idle_since: float | None, target: int
            share: float | None) -> PolicyState:
     """The next state: this evaluation's votes, idle time, target and share; the learned arrivals carried."""
     return PolicyState(votes, idle_since, target, share, state.last_arrival, state.gap_s, state.episode_start,
-                       state.episode_gap_s)
+                       state.episode_gap_s, state.episodes)
 
 
 def _afford_shrink(spec: PoolSpec, obs: Observation, final: int, spot: int, ded: int, busy: int,
