@@ -549,6 +549,9 @@ var functionAppSettings = {
   APPLICATIONINSIGHTS_AUTHENTICATION_STRING: 'Authorization=AAD;ClientId=${identity.outputs.functionClientId}'
   UPWELL_POOLS: string(upwellPools)
   UPWELL_SCALE_SCHEDULE: scaleSchedule
+  // Ingest runs a scale pass as soon as it accepted a job (the scale timer runs in this app): nodes start at
+  // the arrival, not at the next tick. `upwell simulate` models the upwell policy with it on.
+  UPWELL_SCALE_ON_INGEST: 'true'
   UPWELL_RECONCILE_SCHEDULE: reconcileSchedule
   UPWELL_MAX_UPLOAD_BYTES: string(maxUploadBytes)
   UPWELL_MAX_SHARDS: string(maxShards)

@@ -174,3 +174,32 @@ def test_unknown_native_state_is_logged_once(monkeypatch):
         logs.configure(pretty=False)  # back to the real stderr for every later test
     err = out.getvalue()
     assert err.count("pool.unknown_native_state") == 1 and '"native": "Hibernating"' in err
+
+
+def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
+    """A job whose row is written (shard count and estimate known) while its messages are still being sent is
+    work already: the pool starts for it; its creation time is the arrival the policy learns, and the learned
+    arrivals survive in the persisted state, not in the Autoscaler."""
+    from datetime import UTC, datetime, timedelta
+
+    ledger, name = Ledger(store), _pool_name()
+    t0 = datetime.now(UTC).replace(microsecond=0)
+    iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
+    ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.INGESTING, pool=name,
+                             shards_total=6, estimate_node_seconds=600.0, created_at=iso(t0)))
+    spec = PoolSpec(name, backend="stub", max_nodes=8, options={"boot_s": 360.0})
+    pool = StubPool(spec)
+    scaler = _scaler(store, spec, pool)
+    first = scaler.adapt()[name]
+    assert first.target == 6 and len(pool.nodes) == 6, first.reason
+    assert "6 being ingested" in first.reason
+    state = scaler._load_state(name)
+    assert state.last_arrival == pytest.approx(t0.timestamp()) and state.gap_s is None
+
+    ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.ACCEPTED, pool=name,
+                             shards_total=4, estimate_node_seconds=400.0, created_at=iso(t0 + timedelta(seconds=40))))
+    obs = scaler.observe(spec, pool.status(), [j for j in ledger.jobs(JobState.ACCEPTED) if j.pool == name], pool)
+    assert obs.task_s == pytest.approx(100.0)  # ingest's estimate over the shard count
+    scaler.adapt()
+    fresh = _scaler(store, spec, pool)._load_state(name)  # another instance reads what the last run learned
+    assert fresh.last_arrival == pytest.approx(t0.timestamp() + 40) and fresh.gap_s == pytest.approx(10.0)

@@ -78,12 +78,79 @@ def test_target_table(backlog, per_node, lo, hi, expected):
                                                                        budget_left_usd=0.0), PolicyState(),
      {"target": 0, "capped_by": "budget"}),
     ("free nodes are never budget-capped", SPEC, obs(visible=5, budget_left_usd=0.0), PolicyState(), {"target": 5}),
+    # -- prewarm: shards of jobs still being ingested are queued work before their messages are visible
+    ("prewarm: announced shards start nodes", SPEC, obs(announced=6, boot_s=360), PolicyState(),
+     {"target": 6, "says": "6 being ingested"}),
+    ("prewarm: visible messages already counted are not counted twice", SPEC, obs(visible=4, announced=3),
+     PolicyState(), {"target": 4, "says": "4 queued"}),
+    # -- arrivals are learned into the state: the mean gap within an episode, the time between episodes
+    ("learn: the first arrival opens an episode", SPEC, obs(visible=1, now=100.0, boot_s=360, arrivals=((90.0, 1),)),
+     PolicyState(), {"target": 1, "last_arrival": 90.0, "episode_start": 90.0, "gap_s": None, "episodes": 1}),
+    ("learn: a gap within a boot is a gap per shard", SPEC,
+     obs(visible=1, now=200.0, boot_s=360, arrivals=((90.0, 1), (190.0, 2))),
+     PolicyState(last_arrival=90.0, episode_start=90.0), {"gap_s": 50.0, "last_arrival": 190.0}),
+    ("learn: a pause longer than a boot starts an episode", SPEC,
+     obs(visible=1, now=7300.0, boot_s=360, arrivals=((7290.0, 1),)),
+     PolicyState(last_arrival=400.0, gap_s=8.0, episode_start=90.0, episodes=1),
+     {"episode_start": 7290.0, "episode_gap_s": 7200.0, "gap_s": 8.0, "episodes": 2}),
+    ("learn: arrivals already counted are not counted again", SPEC,
+     obs(now=300.0, boot_s=360, arrivals=((90.0, 1), (190.0, 2))),
+     PolicyState(last_arrival=190.0, gap_s=50.0, episode_start=90.0), {"gap_s": 50.0, "last_arrival": 190.0}),
+    # -- release by the expected next arrival against a boot
+    ("release: next arrival further off than a boot, idle nodes go at once", SPEC,
+     obs(nodes=4, idle=4, now=1000.0, boot_s=360), PolicyState(last_arrival=100.0, gap_s=10.0),
+     {"target": 0, "removable": 4, "votes": 0, "says": "longer than a 360 s boot"}),
+    ("release: busy nodes stay when the idle ones go at once", SPEC,
+     obs(in_flight=2, nodes=5, idle=3, now=1000.0, boot_s=360), PolicyState(last_arrival=100.0, gap_s=10.0),
+     {"target": 2, "removable": 3}),
+    ("release: next arrival sooner than a boot, the votes decide", SPEC,
+     obs(nodes=4, idle=4, now=130.0, boot_s=360), PolicyState(last_arrival=100.0, gap_s=60.0),
+     {"target": 4, "removable": 0, "votes": 1, "says": "hold (vote 1/3"}),
+    ("release: a quiet spell of three gaps is a pause, counted as the gap", SPEC,
+     obs(nodes=2, idle=2, now=500.0, boot_s=360), PolicyState(last_arrival=100.0, gap_s=60.0),
+     {"target": 0, "removable": 2, "says": "expected in 400 s"}),
+    ("release: nothing learned, the cooldown keeps the last node", SPEC, obs(nodes=1, idle=1, now=400.0, boot_s=600),
+     PolicyState(low_votes=5, idle_since=0.0), {"target": 1, "removable": 0}),
+    # -- while arrivals keep coming, queued work waits up to three boots for the nodes there
+    ("stream: queued work the nodes there start within three boots starts no node", SPEC,
+     obs(visible=4, in_flight=2, nodes=2, idle=0, task_s=240, boot_s=360, now=130.0),
+     PolicyState(last_arrival=100.0, gap_s=120.0), {"target": 2, "says": "within 3 boots"}),
+    ("stream: the same backlog without a stream starts nodes", SPEC,
+     obs(visible=4, in_flight=2, nodes=2, idle=0, task_s=240, boot_s=360, now=130.0), PolicyState(),
+     {"target": 3, "says": "within a boot"}),
+    # -- recurring episodes: fewer, longer-lived nodes that finish the backlog before the next is due
+    # 90 of the 120 min, less a boot: 6 twelve-minute tasks per new node, so 7 nodes for 40
+    ("episode: 40 twelve-minute tasks, episodes every two hours: 7 nodes, not 20", replace(SPEC, max_step=20),
+     obs(visible=40, task_s=720, boot_s=360, now=7300.0),
+     PolicyState(last_arrival=7290.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=3),
+     {"target": 7, "capped_by": "episode", "says": "episodes come every 120 min"}),
+    ("episode: the nodes there (booting ones too) run the backlog: no new node", replace(SPEC, max_step=20),
+     obs(visible=40, task_s=720, boot_s=360, nodes=7, idle=7, now=7320.0),
+     PolicyState(last_arrival=7310.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=3),
+     {"target": 7}),
+    ("episode: too late to finish before the next, the plain rule decides", replace(SPEC, max_step=20),
+     obs(visible=40, task_s=720, boot_s=360, now=11900.0),
+     PolicyState(last_arrival=11890.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=3),
+     {"target": 20}),
+    ("episode: one gap between two episodes is no pattern yet", replace(SPEC, max_step=20),
+     obs(visible=40, task_s=720, boot_s=360, now=7300.0),
+     PolicyState(last_arrival=7290.0, gap_s=8.0, episode_start=7290.0, episode_gap_s=7200.0, episodes=2),
+     {"target": 20}),
+    ("episode: nothing learned, the plain rule decides", replace(SPEC, max_step=20),
+     obs(visible=40, task_s=720, boot_s=360, now=100.0), PolicyState(), {"target": 20, "capped_by": "max"}),
+    # -- a growing pool never asks a kind below the nodes of it that may be busy
+    ("kinds: busy spot nodes are not swapped for dedicated while growing", replace(SPEC, spot_share=0.5),
+     obs(visible=4, in_flight=2, nodes=2, idle=0, spot_nodes=2), PolicyState(spot_share=0.0),
+     {"target": 6, "spot": 2, "dedicated": 4}),
 ])
 def test_decide_table(name, spec, observation, state, expect):
     d = decide(spec, observation, state)
     assert d.reason
     for key, value in expect.items():
-        got = d.state.low_votes if key == "votes" else getattr(d, key)
+        if key == "says":
+            assert value in d.reason, f"{name}: {value!r} not in {d.reason!r}"
+            continue
+        got = d.state.low_votes if key == "votes" else getattr(d.state if hasattr(d.state, key) else d, key)
         assert got == value, f"{name}: {key} {got} != {value}; {d.reason}"
     assert d.spot + d.dedicated == d.target
 
@@ -125,7 +192,12 @@ def test_spot_share_rebalances_and_recovers():
     d = decide(spec, obs(visible=10), PolicyState())
     assert (d.spot, d.dedicated) == (8, 2)
     d = decide(spec, obs(visible=10, nodes=10, spot_nodes=5, preempted_recent=3), d.state)
-    assert d.state.spot_share == pytest.approx(0.4) and d.spot == 4 and "preemption rate" in d.reason
+    assert d.state.spot_share == pytest.approx(0.4) and "preemption rate" in d.reason
+    assert d.spot == 5  # every node is busy: a spot node cannot go, so none is swapped (the pool would pass 10)
+    d2 = decide(spec, obs(visible=6, in_flight=4, nodes=10, idle=6, spot_nodes=5, preempted_recent=3), d.state)
+    assert (d2.spot, d2.dedicated) == (4, 6)  # with idle nodes the split follows the lower share
+    assert decide(spec, obs(visible=10, in_flight=5, nodes=10, idle=5, spot_nodes=5, preempted_recent=3),
+                  d.state).spot == 5  # never under the spot nodes that may be busy
     d = decide(spec, obs(visible=10, nodes=10, spot_nodes=4, preempted_recent=1), d.state)
     assert d.state.spot_share == pytest.approx(0.4)  # 1/5 = 20% is not above the threshold: hold
     d = decide(spec, obs(visible=10, nodes=10, spot_nodes=4), d.state)
@@ -170,11 +242,15 @@ def observations(draw, budget=True, quota=True):
         spot_quota_nodes=draw(st.one_of(st.none(), st.integers(0, 30))) if quota else None,
         cores_per_node=draw(st.sampled_from([0, 2, 6, 32])), boot_s=draw(st.sampled_from([0.0, 180.0, 1800.0])),
         task_s=draw(st.one_of(st.none(), st.floats(1, 7200))), interval_s=draw(st.sampled_from([30.0, 300.0])),
-        now=draw(st.floats(0, 1e5)))
+        now=draw(st.floats(0, 1e5)), announced=draw(st.sampled_from([0, 0, 5, 300])),
+        arrivals=tuple(draw(st.lists(st.tuples(st.floats(0, 1e5), st.integers(0, 50)), max_size=4))))
 
 
-states = st.builds(PolicyState, st.integers(0, 5), st.one_of(st.none(), st.floats(0, 1e5)), st.integers(0, 60),
-                   st.one_of(st.none(), st.sampled_from([0.0, 0.1, 0.5, 1.0])))
+maybe_s = st.one_of(st.none(), st.floats(0, 1e5))
+maybe_gap = st.one_of(st.none(), st.floats(0.1, 1e4))
+states = st.builds(PolicyState, st.integers(0, 5), maybe_s, st.integers(0, 60),
+                   st.one_of(st.none(), st.sampled_from([0.0, 0.1, 0.5, 1.0])), maybe_s, maybe_gap, maybe_s, maybe_gap,
+                   st.integers(0, 5))
 
 
 def _check_shape(d: Decision, o: Observation) -> None:
@@ -241,6 +317,6 @@ def test_monotone_in_backlog(spec, o, s, extra):
 @given(specs, observations(budget=False), st.integers(1, 4))
 def test_votes_gate_shrinking(spec, o, votes):
     """With fewer than scale_down_votes lower targets in a row, the pool never shrinks."""
-    s = PolicyState(low_votes=0)
-    d = decide(replace(spec, scale_down_votes=votes + 1), o, s)
+    s = PolicyState(low_votes=0)  # nothing learned of the arrivals: the votes rule (see the release rows above)
+    d = decide(replace(spec, scale_down_votes=votes + 1), replace(o, arrivals=()), s)
     assert d.target >= o.nodes or d.capped_by == "budget"

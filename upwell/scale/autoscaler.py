@@ -19,12 +19,12 @@ from azure.data.tables import UpdateMode
 from upwell import logs, names
 from upwell.errors import BudgetExceeded, ConfigError, PoolError
 from upwell.ledger import Ledger
-from upwell.rows import ACTIVE_JOB, JobRow, ShardRow
+from upwell.rows import ACTIVE_JOB, JobRow, JobState, ShardRow
 from upwell.scale import policy as scaling
 from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
 from upwell.storage import Storage, storage_error
-from upwell.timeutil import now_iso
+from upwell.timeutil import now_iso, parse_iso
 
 log = logs.get("upwell.scale.autoscaler")
 ACTIVE = ACTIVE_JOB
@@ -80,10 +80,15 @@ class Autoscaler:
             return {}
         try:
             decisions = {}
-            active = list(self.ledger.jobs(*ACTIVE))  # one scan of the job rows per run, not per pool
+            # One scan of the job rows per run, not per pool. Jobs still being ingested are read too: their
+            # shard count is written before their messages are sent (the policy's prewarm and arrivals).
+            rows = list(self.ledger.jobs(*ACTIVE, JobState.INGESTING))
+            active = [j for j in rows if j.status in ACTIVE]
+            ingesting = [j for j in rows if j.status == JobState.INGESTING and j.shards_total > 0]
             for name, spec in self.settings.pools.items():
                 try:
-                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.pool == name])
+                    decisions[name] = self.adapt_pool(spec, [j for j in active if j.pool == name],
+                                                      [j for j in ingesting if j.pool == name])
                 except Exception as exc:  # one pool never stops the others
                     log.exception("autoscale.pool_failed", pool=name, error=str(exc)[:300])
             return decisions
@@ -91,9 +96,10 @@ class Autoscaler:
             self._lock.release()
 
     def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[JobRow], pool: WorkerPool,
-                running: list[ShardRow] | None = None) -> scaling.Observation:
-        """What the policy needs about one pool; ``jobs`` are the pool's active job rows and
-        ``running`` its running shard rows (read from the ledger when not given)."""
+                running: list[ShardRow] | None = None, ingesting: list[JobRow] = ()) -> scaling.Observation:
+        """What the policy needs about one pool; ``jobs`` are the pool's active job rows, ``running`` its
+        running shard rows (read from the ledger when not given) and ``ingesting`` the rows of its jobs whose
+        shards are being enqueued."""
         approx = self.storage.queue_length(names.work_queue(spec.name))
         running = self.ledger.running(spec.name) if running is None else running
         in_flight = len(running)
@@ -111,8 +117,9 @@ class Autoscaler:
             spot_price_per_node_hour=spot_price, cores_per_node=cores, quota_family=quota.get("family") or family,
             quota_cores=quota.get("cores"),
             spot_quota_nodes=(quota["spot_cores"] // cores) if quota.get("spot_cores") is not None and cores else None,
-            task_s=_task_s(jobs), boot_s=pool.boot_s(),
-            interval_s=_interval_s(self.settings.scale_schedule), now=time.time())
+            task_s=_task_s([*jobs, *ingesting]), boot_s=pool.boot_s(),
+            interval_s=_interval_s(self.settings.scale_schedule), now=time.time(),
+            arrivals=_arrivals([*jobs, *ingesting]), announced=sum(j.shards_total for j in ingesting))
 
     @staticmethod
     def _quota(pool: WorkerPool) -> dict:
@@ -122,12 +129,12 @@ class Autoscaler:
             log.warning("autoscale.quota_unreadable", pool=pool.spec.name, error=str(exc)[:200])
             return {}
 
-    def adapt_pool(self, spec: PoolSpec, jobs: list[JobRow]) -> scaling.Decision:
+    def adapt_pool(self, spec: PoolSpec, jobs: list[JobRow], ingesting: list[JobRow] = ()) -> scaling.Decision:
         pool = self.pool(spec)
         running = self.ledger.running(spec.name)  # once per pool per run: the policy's and the backend's view
         busy = {r.node for r in running if r.node}  # a backend never removes these nodes
         status = pool.status(busy=busy)
-        obs = self.observe(spec, status, jobs, pool, running)
+        obs = self.observe(spec, status, jobs, pool, running, list(ingesting))
         state = self._load_state(spec.name)
         decision = scaling.decide(spec, obs, state)
         message = decision.message
@@ -204,6 +211,23 @@ def _budget_left(spec: PoolSpec, jobs: list[JobRow]) -> float | None:
 
 
 def _task_s(jobs: list[JobRow]) -> float | None:
-    estimates = [j.estimate_node_seconds_per_shard for j in jobs if j.estimate_node_seconds_per_shard]
+    """The mean per-shard estimate of the jobs: the manifest's, else ingest's estimate over the shard count."""
+    estimates = [j.estimate_node_seconds_per_shard or (j.estimate_node_seconds / j.shards_total if j.shards_total
+                                                       else 0.0) for j in jobs]
+    estimates = [e for e in estimates if e > 0]
     return sum(estimates) / len(estimates) if estimates else None
+
+
+def _arrivals(jobs: list[JobRow]) -> tuple[tuple[float, int], ...]:
+    """(when the job was created, its shards) of each job with a known shard count, for the policy to learn
+    the arrival pattern from (it counts only those newer than the last arrival it has seen)."""
+    out = []
+    for j in jobs:
+        try:
+            at = parse_iso(j.created_at)
+        except ValueError:
+            at = None
+        if at is not None and j.shards_total > 0:
+            out.append((at.timestamp(), j.shards_total))
+    return tuple(sorted(out))
 

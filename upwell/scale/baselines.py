@@ -60,12 +60,15 @@ class UpwellPolicy:
     name = "upwell"
     interval_s = 30.0  # the scale timer on Azure (UPWELL_SCALE_SCHEDULE: every 30 s)
 
-    def __init__(self, spec: PoolSpec, seed: int = 0, budget_usd: float | None = None):
+    def __init__(self, spec: PoolSpec, seed: int = 0, budget_usd: float | None = None, on_ingest: bool = True):
         self.spec = spec
         self.state = PolicyState()
         self.budget_usd = budget_usd
         self.first_eval_s = 0.0
         self.last_reason = ""
+        # UPWELL_SCALE_ON_INGEST (on in the Bicep deployment and under `upwell up`): ingest runs a scale pass as
+        # soon as it accepted a job, so the simulation evaluates at each arrival too, not only on the timer.
+        self.on_arrival = on_ingest
 
     def sample(self, sim: Sim) -> None:
         pass
@@ -77,7 +80,8 @@ class UpwellPolicy:
             preempted_recent=sim.preemptions_since(sim.now - 600),
             budget_left_usd=None if self.budget_usd is None else self.budget_usd - sim.cost(),
             price_per_node_hour=sim.price, spot_price_per_node_hour=sim.spot_price, spot_nodes=v.spot,
-            task_s=sim.mean_task_s(), boot_s=sim.mean_boot_s(), interval_s=self.interval_s, now=sim.now)
+            task_s=sim.estimate_s, boot_s=sim.mean_boot_s(), interval_s=self.interval_s, now=sim.now,
+            arrivals=sim.active_arrivals(self.state.last_arrival))
         d = decide(self.spec, obs, self.state)
         self.state, self.last_reason = d.state, d.reason
         return Plan(d.spot, d.dedicated, "idle")

@@ -6,26 +6,35 @@
 
 The policy, in the order ``decide`` applies it:
 
+0. arrivals are learned (``learn``): the jobs the ledger shows on the pool, newer than the state's last
+   arrival, update the mean gap between arrivals and, where a pause longer than a boot separates them, the
+   mean time between episodes of arrivals. Shards of jobs still being ingested (rows written, messages not
+   all sent) count as queued (prewarm: the shard count is known before the messages are visible);
 1. backlog = visible messages + in-flight shards (running tasks are demand too;
    a queue-length scaler that forgets them scales in under running work);
 2. want = ceil(demand / tasks_per_node), clamped to [min_nodes, max_nodes], where demand is the
    backlog less the queued tasks the nodes already there will start before a new node could boot
    (about boot_s / task_s per slot; see ``drain``): a node that boots after the queue emptied only
-   costs its boot and idles. The drain only holds back new nodes, never removes one;
+   costs its boot and idles. While arrivals keep coming (the expected gap is shorter than a boot) the
+   horizon is ``STREAM_BOOTS`` boots: a queued task's wait delays the end only if nothing follows it.
+   The drain only holds back new nodes, never removes one;
 3. an empty pool starts only once the backlog reaches ``activation_threshold``;
 4. growth is limited to ``max_step`` nodes per evaluation;
+4b. fewer, longer-lived nodes: when episodes recur, new nodes are held to those that finish the backlog
+   within ``EPISODE_SHARE`` of the learned time between episodes (``_episode_cap``);
 5. the spot share is ``spec.spot_share``, halved while the recent preemption
-   rate passes the threshold and won back step by step once it is quiet;
+   rate passes the threshold and won back step by step once it is quiet; a growing pool never asks a kind
+   below the nodes of it that may be busy (``_keep_busy_kinds``);
 6. the vCPU quota caps each kind of node (dedicated: the family quota; spot:
    the spot quota, whose overflow falls back to dedicated), and says so in
    ``Decision.message``;
 7. the budget caps the pool at the nodes whose committed spend fits in what is
    left (dedicated nodes go first: spot buys more work per dollar);
-8. shrinking waits for ``scale_down_votes`` consecutive lower targets, goes to
-   zero only after max(``cooldown_s``, expected boot time) without backlog (a
-   node released sooner costs a reboot if work comes back within a boot time),
-   and never asks to remove more nodes than are idle: ``Decision.removable``
-   says how many may go.
+8. shrinking: when the learned gap to the next arrival is longer than a boot, idle nodes go at once (idling
+   until the next arrival costs more than booting again). Otherwise it waits for ``scale_down_votes``
+   consecutive lower targets, goes to zero only after max(``cooldown_s``, expected boot time) without
+   backlog (a node released sooner costs a reboot if work comes back within a boot time). It never asks
+   to remove more nodes than are idle: ``Decision.removable`` says how many may go.
    A budget cap shrinks at once (still idle nodes only).
 """
 
@@ -33,7 +42,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from upwell.scale.pools.base import PoolSpec
 
@@ -44,6 +53,21 @@ PREEMPTION_THRESHOLD = 0.2
 SPOT_RECOVERY_STEP = 0.25
 # Below this the spot share is treated as zero (no point asking for 0.3 nodes).
 MIN_SPOT_SHARE = 0.05
+# Weight of the newest gap in the learned mean gaps (an exponentially weighted mean).
+GAP_WEIGHT = 0.3
+# A pause in arrivals longer than a boot (this, while the boot time is unknown) ends an arrival episode.
+QUIET_S = 300.0
+# A spell without arrivals this many mean gaps long is a pause: the next arrival is then expected no sooner
+# than the spell has lasted already.
+QUIET_GAPS = 3.0
+# The part of the learned time between episode starts that one episode's queued work is sized to take: the
+# rest is slack for an episode that comes early (the instrument day's drops vary by 20 minutes in 120).
+EPISODE_SHARE = 0.75
+# Episodes seen (two gaps between them) before their recurrence is trusted to size the pool.
+EPISODES_SEEN = 3
+# While arrivals keep coming, new nodes start only for queued work the nodes there would leave waiting longer
+# than this many boot times (a wait costs nothing unless no work follows; a boot always costs).
+STREAM_BOOTS = 3.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +98,10 @@ class Observation:
     task_s: float | None = None  # expected seconds per task (estimate or observed mean)
     boot_s: float = 0.0  # expected seconds from asking for a node to it taking work (billed)
     interval_s: float = 60.0  # seconds between evaluations
+    # (time, shards) of the jobs the ledger knows on this pool (being ingested or active): decide() learns the
+    # arrival pattern from those newer than PolicyState.last_arrival. Times are seconds on the ``now`` clock.
+    arrivals: tuple[tuple[float, int], ...] = ()
+    announced: int = 0  # shards of jobs still being ingested: rows written, messages not all visible yet
 
     @property
     def backlog(self) -> int:
@@ -83,12 +111,19 @@ class Observation:
 @dataclass(frozen=True)
 class PolicyState:
     """Carried between evaluations: shrink votes, when the backlog last emptied,
-    the last target and the spot share now in force (None: spec.spot_share)."""
+    the last target and the spot share now in force (None: spec.spot_share); and what was learned of the
+    arrivals (see ``learn``): the newest arrival counted, the mean gap between arrivals within an episode,
+    when the current episode began and the mean time from one episode's start to the next."""
 
     low_votes: int = 0
     idle_since: float | None = None
     last_target: int = 0
     spot_share: float | None = None
+    last_arrival: float | None = None
+    gap_s: float | None = None
+    episode_start: float | None = None
+    episode_gap_s: float | None = None
+    episodes: int = 0  # episode starts seen
 
 
 @dataclass(frozen=True)
@@ -139,11 +174,17 @@ def family_label(family: str) -> str:
 
 def decide(spec: PoolSpec, obs: Observation, state: PolicyState) -> Decision:
     """The target for one pool now; pure. See the module docstring for the rules."""
-    notes = [f"backlog {obs.backlog} ({obs.visible} queued + {obs.in_flight} running)"
-             f" / {max(spec.tasks_per_node, 1)} per node"]
-    want, capped_by = _want(spec, obs, notes)
+    state = learn(state, obs)
+    if obs.announced > obs.visible:
+        obs = replace(obs, visible=obs.announced)
+        notes = [f"backlog {obs.backlog} ({obs.visible} being ingested + {obs.in_flight} running)"]
+    else:
+        notes = [f"backlog {obs.backlog} ({obs.visible} queued + {obs.in_flight} running)"]
+    notes[0] += f" / {max(spec.tasks_per_node, 1)} per node"
+    want, capped_by = _want(spec, obs, state, notes)
+    want, capped_by = _episode_cap(spec, obs, state, want, capped_by, notes)
     share = _spot_share(spec, obs, state, notes)
-    spot, ded = split(want, share)
+    spot, ded = _keep_busy_kinds(obs, *split(want, share))
     spot, ded, message = _quota_cap(spec, obs, spot, ded, share, notes)
     if spot + ded < want:
         capped_by = "quota"
@@ -154,24 +195,97 @@ def decide(spec: PoolSpec, obs: Observation, state: PolicyState) -> Decision:
     return _settle(spec, obs, state, spot, ded, share, capped_by, message, notes)
 
 
-def drain(spec: PoolSpec, obs: Observation) -> int:
-    """Queued tasks the nodes already there will start before a node asked for now could boot: each slot
-    takes about boot_s / task_s of them in that time. 0 while the task time is unknown."""
+def quiet_s(obs: Observation) -> float:
+    """A pause in arrivals longer than this ends an episode: a boot time (QUIET_S while it is unknown)."""
+    return obs.boot_s if obs.boot_s > 0 else QUIET_S
+
+
+def _mean(old: float | None, new: float) -> float:
+    return new if old is None else (1 - GAP_WEIGHT) * old + GAP_WEIGHT * new
+
+
+def learn(state: PolicyState, obs: Observation) -> PolicyState:
+    """The state with the arrivals newer than ``state.last_arrival`` counted, oldest first. A gap longer than
+    ``quiet_s`` starts a new episode (its start's distance from the last start is averaged into
+    ``episode_gap_s``); a shorter one, divided by the shards that came, is averaged into ``gap_s``."""
+    new: dict[float, int] = {}
+    for t, n in obs.arrivals:
+        if n > 0 and (state.last_arrival is None or t > state.last_arrival):
+            new[t] = new.get(t, 0) + n
+    if not new:
+        return state
+    last, gap, start, episode_gap = state.last_arrival, state.gap_s, state.episode_start, state.episode_gap_s
+    episodes = state.episodes
+    for t in sorted(new):
+        if last is None or t - last > quiet_s(obs):
+            if start is not None:
+                episode_gap = _mean(episode_gap, t - start)
+            start, episodes = t, episodes + 1
+        else:
+            gap = _mean(gap, (t - last) / new[t])
+        last = t
+    return replace(state, last_arrival=last, gap_s=gap, episode_start=start, episode_gap_s=episode_gap,
+                   episodes=episodes)
+
+
+def expected_gap(state: PolicyState, now: float) -> float | None:
+    """Seconds to the next arrival, as learned: the mean gap, or the time since the last arrival when that is
+    longer already (a quiet spell that outlasts the usual gap is a pause, not a gap). None: nothing learned."""
+    gap = state.gap_s if state.gap_s is not None else state.episode_gap_s
+    if gap is None or state.last_arrival is None:
+        return None
+    since = now - state.last_arrival
+    return max(gap, 0.0) if since <= QUIET_GAPS * gap else since
+
+
+def _keep_busy_kinds(obs: Observation, spot: int, ded: int) -> tuple[int, int]:
+    """A growing pool's split, moved so that neither kind is asked below the nodes of it that may be busy
+    (min(its nodes, the busy nodes): which kind the idle nodes are is not known). A pool removes idle nodes
+    only, so asking a busy kind to shrink while the other grows would take the pool past its target and past
+    max_nodes; the split comes back to the share as nodes are added and idle ones go."""
+    want = spot + ded
+    if want < obs.nodes:
+        return spot, ded
+    spot_now = min(max(obs.spot_nodes, 0), obs.nodes)
+    busy = obs.nodes - max(min(obs.idle, obs.nodes), 0)
+    lo = min(spot_now, busy)
+    hi = want - min(obs.nodes - spot_now, busy)
+    s = min(max(spot, lo), hi) if lo <= hi else spot_now
+    return s, want - s
+
+
+def drain(spec: PoolSpec, obs: Observation, boots: float = 1.0) -> int:
+    """Queued tasks the nodes already there will start within ``boots`` boot times (by default: before a node
+    asked for now could boot): each slot takes about boots * boot_s / task_s of them in that time. 0 while the
+    task time is unknown."""
     if not obs.task_s or obs.task_s <= 0 or obs.boot_s <= 0 or obs.nodes <= 0:
         return 0
-    return int(obs.nodes * max(spec.tasks_per_node, 1) * obs.boot_s / obs.task_s)
+    return int(obs.nodes * max(spec.tasks_per_node, 1) * boots * obs.boot_s / obs.task_s)
 
 
-def _want(spec: PoolSpec, obs: Observation, notes: list[str]) -> tuple[int, str]:
+def streaming(state: PolicyState, obs: Observation) -> float | None:
+    """The learned gap to the next arrival when arrivals keep coming (it is shorter than a boot), else None."""
+    gap = expected_gap(state, obs.now)
+    return gap if gap is not None and obs.boot_s > 0 and gap < obs.boot_s else None
+
+
+def _want(spec: PoolSpec, obs: Observation, state: PolicyState, notes: list[str]) -> tuple[int, str]:
     tpn = max(spec.tasks_per_node, 1)
-    covered = min(drain(spec, obs), max(obs.visible, 0))
+    # In a stream of arrivals a queued task's wait delays the end only if nothing follows it, while a new node
+    # always pays its boot: new nodes are then started only for work the nodes there leave waiting longer.
+    stream = streaming(state, obs)
+    boots = STREAM_BOOTS if stream is not None else 1.0
+    covered = min(drain(spec, obs, boots), max(obs.visible, 0))
     # The drain only holds back new nodes; it never takes away one the backlog would keep.
     demand = max(max(obs.backlog, 0) - covered, min(max(obs.backlog, 0), obs.nodes * tpn))
     covered = max(obs.backlog, 0) - demand
     raw = math.ceil(demand / tpn)
     want = target(demand, tpn, spec.min_nodes, spec.max_nodes)
     capped_by = "max" if raw > spec.max_nodes else ""
-    if covered:
+    if covered and boots > 1:
+        notes.append(f"arrivals every {stream:.0f} s keep coming: {covered} queued start on the {obs.nodes} nodes"
+                     f" there within {boots:g} boots")
+    elif covered:
         notes.append(f"{covered} queued start on the {obs.nodes} nodes there within a boot")
     notes.append(f"wants {raw}" + (f", max {spec.max_nodes}" if capped_by else ""))
     if obs.nodes == 0 and 0 < obs.backlog < spec.activation_threshold:
@@ -181,6 +295,31 @@ def _want(spec: PoolSpec, obs: Observation, notes: list[str]) -> tuple[int, str]
         want, capped_by = obs.nodes + max(spec.max_step, 1), "step"
         notes.append(f"step limited to +{max(spec.max_step, 1)}")
     return want, capped_by
+
+
+def _episode_cap(spec: PoolSpec, obs: Observation, state: PolicyState, want: int, capped_by: str,
+                 notes: list[str]) -> tuple[int, str]:
+    """Fewer, longer-lived nodes: when episodes of arrivals recur, the queued work need only be done before the
+    next one is due, so new nodes beyond those that finish it by then each cost a boot for nothing.
+    Never removes a node; off until EPISODES_SEEN episodes, a task time and a boot time are known."""
+    if (state.episodes < EPISODES_SEEN or state.episode_gap_s is None or state.episode_start is None
+            or not obs.task_s or obs.task_s <= 0
+            or obs.boot_s <= 0 or want <= max(obs.nodes, spec.min_nodes)):
+        return want, capped_by
+    due = state.episode_start + EPISODE_SHARE * state.episode_gap_s - obs.now
+    per_node = int((due - obs.boot_s) // obs.task_s)  # tasks a slot of a node asked for now runs by then
+    if per_node < 2:  # a new node would run one task at most before then: the plain rule decides
+        return want, capped_by
+    tpn = max(spec.tasks_per_node, 1)
+    # The nodes there (booting ones counted as there) run due / task_s tasks a slot by then; new ones the rest.
+    held = obs.nodes * tpn * int(due // obs.task_s)
+    enough = obs.nodes + math.ceil(max(obs.backlog - held, 0) / (per_node * tpn))
+    capped = max(enough, spec.min_nodes)
+    if capped >= want:
+        return want, capped_by
+    notes.append(f"episodes come every {state.episode_gap_s / 60:.0f} min: {capped} nodes finish the backlog in"
+                 f" the {due / 60:.0f} min before the next is due; target {capped} not {want}")
+    return capped, "episode"
 
 
 def _spot_share(spec: PoolSpec, obs: Observation, state: PolicyState, notes: list[str]) -> float:
@@ -265,13 +404,21 @@ def _settle(spec: PoolSpec, obs: Observation, state: PolicyState, spot: int, ded
     kept = share if spec.spot_share > 0 else None
     if want >= obs.nodes:
         notes.append(f"target {want}")
-        return Decision(want, "; ".join(notes), PolicyState(0, idle_since, want, kept), spot, ded, capped_by, message)
+        new = _carry(state, 0, idle_since, want, kept)
+        return Decision(want, "; ".join(notes), new, spot, ded, capped_by, message)
     votes = state.low_votes + 1
     needed = spec.scale_down_votes
     # Ski rental: the last node is worth keeping for as long as a new one takes to boot.
     cooldown = max(spec.cooldown_s, obs.boot_s)
     floor = want
-    if votes < needed:
+    gap = expected_gap(state, obs.now) if obs.boot_s > 0 else None
+    if gap is not None and gap >= obs.boot_s:
+        # Ski rental on the learned arrivals: an idle node would wait longer for its next task than a boot
+        # takes, so idling it costs more than starting one again when work comes: release it now.
+        floor, votes = want, 0
+        notes.append(f"next arrival expected in {gap:.0f} s, longer than a {obs.boot_s:.0f} s boot:"
+                     " no idle node worth keeping")
+    elif votes < needed:
         floor = obs.nodes
         notes.append(f"hold (vote {votes}/{needed} to shrink to {want})")
     elif want == 0 and (idle_since is None or obs.now - idle_since < cooldown):
@@ -286,8 +433,15 @@ def _settle(spec: PoolSpec, obs: Observation, state: PolicyState, spot: int, ded
     removable = obs.nodes - final
     if removable:
         notes.append(f"shrink to {final}: remove {removable} idle" + (f", {busy} busy stay" if final > want else ""))
-    new = PolicyState(votes if final > want else 0, idle_since, final, kept)
+    new = _carry(state, votes if final > want else 0, idle_since, final, kept)
     return Decision(final, "; ".join(notes), new, spot, ded, capped_by, message, removable)
+
+
+def _carry(state: PolicyState, votes: int, idle_since: float | None, target: int,
+           share: float | None) -> PolicyState:
+    """The next state: this evaluation's votes, idle time, target and share; the learned arrivals carried."""
+    return PolicyState(votes, idle_since, target, share, state.last_arrival, state.gap_s, state.episode_start,
+                       state.episode_gap_s, state.episodes)
 
 
 def _afford_shrink(spec: PoolSpec, obs: Observation, final: int, spot: int, ded: int, busy: int,

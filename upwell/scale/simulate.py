@@ -11,6 +11,10 @@ The model:
 - a spot node may be evicted (Poisson, per spot node-hour) with 30 s notice: it
   takes no task in the notice; its task goes back to the queue, keeping the work
   up to its last checkpoint; the platform replaces the node (the target is kept);
+- upwell's policy sees what the Autoscaler reads: the queue, the pool, the active jobs' creation times (the
+  arrivals it learns from, in its PolicyState only) and their per-shard estimate (the trace's mean duration,
+  as ingest learns it from earlier results); it is evaluated on its timer and at each arrival (ingest's scale
+  nudge, UPWELL_SCALE_ON_INGEST, on in the Bicep deployment);
 - the policy's Plan is applied at once: asked-for nodes start booting; removal
   follows the plan's mode (idle / taskcompletion / kill, see simulate_policies);
 - with a budget in the trace, no task is dispatched once the spend reaches it
@@ -105,6 +109,20 @@ def load_trace(path: str | Path) -> Trace:
             fields[key] = data[key]
     return Trace(name=str(data.get("name") or p.stem), description=str(data.get("description", "")),
                  arrivals=tuple(data.get("arrivals") or ()), **fields)
+
+
+def estimate_s(trace: Trace) -> float | None:
+    """The per-task estimate ingest would write on the job rows (what upwell.ops.estimate learns from earlier
+    results of the same payload): the mean duration of the trace's arrival groups, weighted by their counts."""
+    total = weight = 0.0
+    for group in trace.arrivals:
+        if "per_min" in group:
+            n = float(group["per_min"]) * (float(group["to_min"]) - float(group.get("from_min", 0)))
+        else:
+            n = float(group.get("count", 0)) * float(group.get("times", 1))
+        total += n * float(group.get("duration_min", 1.0)) * 60
+        weight += n
+    return total / weight if weight > 0 else None
 
 
 def expand(trace: Trace, seed: int) -> list[tuple[float, float]]:
@@ -260,6 +278,9 @@ class Sim:
         self.preemptions: list[float] = []
         self.idle_s = 0.0
         self.finished_durations: list[float] = []
+        self.nudged_at: float | None = None
+        self.estimate_s = estimate_s(trace)  # the job rows' per-shard estimate, known from ingest on
+        self.arrived = 0  # tasks[:arrived] have arrived (tasks are sorted by arrival)
         self.series: dict[str, list[float]] = {"t_min": [], "backlog": [], "visible": [], "nodes": [], "busy": []}
         for task in self.tasks:
             self._at(task.arrival, "arrive", task)
@@ -286,6 +307,12 @@ class Sim:
         task.queued_at = self.now
         self.queue.append(task)
         self._dispatch()
+        if getattr(self.policy, "on_arrival", False) and self.nudged_at != self.now:
+            self.nudged_at = self.now  # the ingest nudge: one scale pass for the arrivals of this instant
+            self._at(self.now, "nudge", None)
+
+    def _on_nudge(self, _: Any) -> None:
+        self.apply(self.policy.evaluate(self))
 
     def _on_ready(self, node: Node) -> None:
         if node.state != "booting":
@@ -450,6 +477,19 @@ class Sim:
         return View(visible=len(self.queue), busy=sum(1 for n in self.nodes if n.task is not None),
                     alive=len(alive), booting=sum(1 for n in alive if n.state == "booting"),
                     spot=sum(1 for n in alive if n.spot))
+
+    def active_arrivals(self, after: float | None) -> tuple[tuple[float, int], ...]:
+        """(arrival time, 1) of the tasks that arrived after ``after`` and are not done: what the autoscaler
+        reads from the ledger (each task is a job of one shard; a finished job is no longer active)."""
+        while self.arrived < len(self.tasks) and self.tasks[self.arrived].arrival <= self.now:
+            self.arrived += 1
+        out = []
+        for task in reversed(self.tasks[:self.arrived]):
+            if after is not None and task.arrival <= after:
+                break
+            if task.end is None:
+                out.append((task.arrival, 1))
+        return tuple(reversed(out))
 
     def preemptions_since(self, t: float) -> int:
         return sum(1 for p in self.preemptions if p >= t)
