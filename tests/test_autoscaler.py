@@ -203,3 +203,30 @@ def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
     scaler.adapt()
     fresh = _scaler(store, spec, pool)._load_state(name)  # another instance reads what the last run learned
     assert fresh.last_arrival == pytest.approx(t0.timestamp() + 40) and fresh.gap_s == pytest.approx(10.0)
+
+
+def test_concurrent_runs_on_two_instances_act_once(store):
+    """The timer on one instance and an ingest nudge on another read the same state; only the run that
+    saves first acts on the pool, the other sees the changed ETag and leaves the pool alone."""
+    ledger, name = Ledger(store), _pool_name()
+    spec = PoolSpec(name, backend="stub", max_nodes=8)
+    _job(ledger, name, [ShardState.QUEUED] * 3)
+    queue = store.queue(names.work_queue(name))
+    queue.create_queue()
+    for _ in range(3):
+        queue.send_message("{}")
+    first_pool, second_pool = StubPool(spec), StubPool(spec)
+    first, second = _scaler(store, spec, first_pool), _scaler(store, spec, second_pool)
+
+    real_read = second._read_state
+
+    def read_then_lose_the_race(pool: str):
+        out = real_read(pool)
+        first.adapt()  # the other instance runs between this run's read and its save
+        return out
+
+    second._read_state = read_then_lose_the_race
+    decision = second.adapt()[name]
+    assert len(first_pool.nodes) == 3  # the winner scaled for the backlog
+    assert decision.target == 3 and second_pool.nodes == {}  # the loser decided the same, and did not act
+    assert _scaler(store, spec, StubPool(spec))._load_state(name) == first._load_state(name)

@@ -13,7 +13,14 @@ import threading
 import time
 from dataclasses import asdict
 
-from azure.core.exceptions import AzureError, ResourceNotFoundError
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import UpdateMode
 
 from upwell import logs, names
@@ -135,8 +142,13 @@ class Autoscaler:
         busy = {r.node for r in running if r.node}  # a backend never removes these nodes
         status = pool.status(busy=busy)
         obs = self.observe(spec, status, jobs, pool, running, list(ingesting))
-        state = self._load_state(spec.name)
+        state, etag = self._read_state(spec.name)
         decision = scaling.decide(spec, obs, state)
+        if not self._claim_state(spec.name, decision.state, etag):
+            # Another run (the timer on one instance, an ingest nudge on another) saved its decision since
+            # this one read the state: it acted on the same backlog, so this run does not act twice.
+            log.info("autoscale.concurrent_run_skipped", pool=spec.name, target=decision.target)
+            return decision
         message = decision.message
         if decision.target != status.alive or decision.target != status.target:
             try:
@@ -144,7 +156,6 @@ class Autoscaler:
             except PoolError as exc:
                 message = str(exc)
                 log.warning("autoscale.pool_error", pool=spec.name, kind=exc.kind.value, error=message)
-        self._save_state(spec.name, decision.state)
         if message or status.message:
             self._tell_jobs(jobs, message or status.message)
         if decision.target != state.last_target or obs.backlog or decision.target != status.alive or message:
@@ -158,17 +169,41 @@ class Autoscaler:
     # -- storage of state and events ------------------------------------------------------
     def _load_state(self, pool: str) -> scaling.PolicyState:
         """The policy state of the last run; a missing or unreadable one starts afresh."""
+        return self._read_state(pool)[0]
+
+    def _read_state(self, pool: str) -> tuple[scaling.PolicyState, str | None]:
+        """The last run's policy state and its row's ETag (None: no row yet)."""
         try:
             row = self.table.get_entity(pool, "state")
-            return scaling.PolicyState(**json.loads(row["state"]))
-        except (ResourceNotFoundError, KeyError, TypeError, ValueError):
-            return scaling.PolicyState()
+        except ResourceNotFoundError:
+            return scaling.PolicyState(), None
         except AzureError as exc:
             raise storage_error(exc, f"read the scaling state of {pool}") from None
+        try:
+            return scaling.PolicyState(**json.loads(row["state"])), row.metadata["etag"]
+        except (KeyError, TypeError, ValueError):  # a row from an older policy: start afresh, keep the claim
+            return scaling.PolicyState(), row.metadata["etag"]
 
-    def _save_state(self, pool: str, state: scaling.PolicyState) -> None:
-        self._upsert({"PartitionKey": pool, "RowKey": "state", "state": json.dumps(asdict(state))},
-                     f"save the scaling state of {pool}")
+    def _claim_state(self, pool: str, state: scaling.PolicyState, etag: str | None) -> bool:
+        """Save this run's state only if no other run saved one since it was read: the timer and the
+        ingest nudge may run at once on different instances, and the in-process lock cannot see that.
+        False: another run won, and its decision stands."""
+        entity = {"PartitionKey": pool, "RowKey": "state", "state": json.dumps(asdict(state))}
+        try:
+            if etag is None:
+                self.table.create_entity(entity)
+            else:
+                self.table.update_entity(entity, mode=UpdateMode.REPLACE, etag=etag,
+                                         match_condition=MatchConditions.IfNotModified)
+            return True
+        except (ResourceExistsError, ResourceModifiedError):
+            return False
+        except HttpResponseError as exc:
+            if exc.status_code == 412:  # the condition failed under another name
+                return False
+            raise storage_error(exc, f"save the scaling state of {pool}") from None
+        except AzureError as exc:
+            raise storage_error(exc, f"save the scaling state of {pool}") from None
 
     def _upsert(self, entity: dict, what: str) -> None:
         try:
