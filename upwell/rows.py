@@ -171,6 +171,9 @@ class JobRow(_Row):
     estimate_node_seconds_per_shard: float = 0.0
     estimate_node_seconds: float = 0.0
     estimate_usd: float = 0.0
+    estimate_basis: str = ""  # how the estimate was made: from the manifest, or learned from earlier results
+    estimate_spot_fraction: float | None = None
+    node_share: float | None = None  # the job's share of a node: its CPUs or GPUs over the VM's
     spent_usd: float = 0.0
     shards_total: int = 0
     shards_done: int = 0
@@ -225,6 +228,7 @@ class ShardRow(_Row):
     input_blob: str = ""
     input_sha256: str = ""
     result_blob: str = ""
+    price_key: str = ""  # the shard's own price key, when it is not its job's
     attempts: int = 0
     preemptions: int = 0
     deferrals: int = 0
