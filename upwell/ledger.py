@@ -108,9 +108,14 @@ class Ledger:
             rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
             return [ShardRow.from_entity(r) for r in rows]
 
-    def jobs(self, *statuses: JobState | str) -> Iterator[JobRow]:
+    def jobs(self, *statuses: JobState | str, payload: str | None = None, pool: str | None = None) -> Iterator[JobRow]:
+        """The job rows in any of ``statuses`` (all without), of one payload and pool where given."""
         flt = "RowKey eq @job"
         params: dict[str, Any] = {"job": names.JOB_ROW}
+        for name, value in (("payload", payload), ("pool", pool)):
+            if value is not None:
+                flt += f" and {name} eq @{name}"
+                params[name] = value
         if statuses:
             ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter

@@ -35,14 +35,6 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def as_dict(row: Any) -> dict:
-    """A ledger row (JobRow, ShardRow, or an entity) as the plain dict it is stored as: the typed
-    fields and the ones the row type does not know (killed_at, max_wall_clock_s ...)."""
-    if row is None:
-        return {}
-    return row.to_entity() if hasattr(row, "to_entity") else dict(row)
-
-
 def _iso(when: datetime) -> str:
     """As the ledger writes times (upwell.timeutil.now_iso), so strings compare in time order."""
     return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
