@@ -183,6 +183,14 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"write {path}") from None
 
+    def put(self, path: str, data: bytes | Any, *, metadata: dict[str, str] | None = None) -> str:
+        """Upload, replacing any blob of that name; returns the new blob's ETag."""
+        container, name = split_path(path)
+        try:
+            return str(self.blob(container, name).upload_blob(data, overwrite=True, metadata=metadata)["etag"])
+        except AzureError as exc:
+            raise storage_error(exc, f"write {path}") from None
+
     def properties(self, path: str) -> Any:
         """The blob's properties (etag, size, last_modified, metadata); NotFound when it is gone."""
         container, name = split_path(path)
