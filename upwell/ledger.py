@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import fields as row_fields
 from enum import StrEnum
 from typing import Any
 
@@ -108,14 +109,20 @@ class Ledger:
             rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
             return [ShardRow.from_entity(r) for r in rows]
 
-    def jobs(self, *statuses: JobState | str, payload: str | None = None, pool: str | None = None) -> Iterator[JobRow]:
-        """The job rows in any of ``statuses`` (all without), of one payload and pool where given."""
+    def jobs(self, *statuses: JobState | str, created_since: str | None = None, **equal: str) -> Iterator[JobRow]:
+        """The job rows in any of ``statuses`` (all without), created at or after ``created_since`` (ISO
+        text), whose fields named in ``equal`` (``payload=``, ``pool=``, ``owner=`` ...) hold those values."""
         flt = "RowKey eq @job"
         params: dict[str, Any] = {"job": names.JOB_ROW}
-        for name, value in (("payload", payload), ("pool", pool)):
-            if value is not None:
-                flt += f" and {name} eq @{name}"
-                params[name] = value
+        known = {f.name for f in row_fields(JobRow)}
+        for name, value in equal.items():
+            if name not in known:
+                raise ValueError(f"jobs(): {name!r} is not a job row field")
+            flt += f" and {name} eq @{name}"
+            params[name] = value
+        if created_since is not None:
+            flt += " and created_at ge @since"
+            params["since"] = created_since
         if statuses:
             ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter

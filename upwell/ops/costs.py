@@ -106,9 +106,7 @@ def rollup(ledger: Ledger, by: str = "job", since: datetime | None = None, *, bu
 
 def spent(ledger: Ledger, by: str, value: str, since: datetime) -> float:
     """USD recorded (the job rows' spent_usd) by an owner or project since a date."""
-    rows = ledger.table.query_entities(f"RowKey eq @job and {by} eq @v and created_at ge @since",
-                                       parameters={"job": "job", "v": value, "since": _iso(since)})
-    return sum(cost.to_float(r.get("spent_usd")) or 0.0 for r in rows)
+    return sum(job.spent_usd for job in ledger.jobs(created_since=_iso(since), **{by: value}))
 
 
 def check_budgets(ledger: Ledger, settings: Any, *, owner: str, project: str, estimate_usd: float) -> None:
