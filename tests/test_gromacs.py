@@ -104,6 +104,7 @@ def _ingest(store: Storage, name: str, manifest: bytes) -> str:
 
 def test_temperature_sweep_through_the_agent_reaches_the_set_temperatures(gmx, azurite, tmp_path):
     from upwell.results.report import build_report
+    from upwell.rows import JobRow
 
     store = Storage(azurite.connection_string)
     job_id = _ingest(store, "gmx/sweep/job.yaml", b"payload: gromacs-md\nparams: {nsteps: 2500}\n"
@@ -125,8 +126,8 @@ def test_temperature_sweep_through_the_agent_reaches_the_set_temperatures(gmx, a
         assert {"potential.xvg", "temperature.xvg", "md.log", "md.edr"} <= set(doc["artifacts"])
     cold, hot = sorted(docs, key=lambda d: d["params"]["temperature"])
     assert cold["metrics"]["potential_per_molecule"] < hot["metrics"]["potential_per_molecule"]
-    files = build_report({"job_id": job_id, "payload": "gromacs-md"}, Ledger(store).shards(job_id), docs, [],
-                         fetch=store.read)
+    files = build_report(JobRow.from_entity({"job_id": job_id, "payload": "gromacs-md"}), Ledger(store).shards(job_id),
+                         docs, [], fetch=store.read)
     html = files["index.html"].decode()
     assert "potential_per_molecule" in html and "temperature_mean" in html
     assert sum(1 for f in files if f.startswith("figures/gromacs-md")) == 2, sorted(files)

@@ -12,6 +12,7 @@ from upwell import cost
 from upwell.results.report import build_report
 from upwell.results.report.model import merge
 from upwell.results.report.summary import tail
+from upwell.rows import JobRow, ShardRow
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 JOB = "job-5f3a"
@@ -83,10 +84,20 @@ def fetch(path: str) -> bytes:
     raise FileNotFoundError(path)
 
 
+def typed(rows: list[dict]) -> list[ShardRow]:
+    """Shard rows as the ledger hands them out: each dict coerced once by ShardRow.from_entity."""
+    return [ShardRow.from_entity(r) for r in rows]
+
+
+def build(job: dict, rows: list[dict], results: list, events: list, fetch) -> dict[str, bytes]:
+    """build_report on the rows as stored (dicts, some malformed), typed as the ledger types them."""
+    return build_report(JobRow.from_entity(job), typed(rows), results, events, fetch)
+
+
 @pytest.fixture
 def built(job_data):
     job, rows, results, events = job_data
-    return build_report(job, rows, results, events, fetch)
+    return build(job, rows, results, events, fetch)
 
 
 def test_files_and_self_contained_html(built):
@@ -153,7 +164,7 @@ def test_summary_json(built, job_data):
 
 
 def test_zero_results_and_empty_everything():
-    files = build_report({}, [], [], [], fetch)
+    files = build({}, [], [], [], fetch)
     html = files["index.html"].decode()
     s = json.loads(files["summary.json"])
     assert s["counts"]["shards_total"] == 0 and s["timings"]["makespan_s"] is None
@@ -165,10 +176,11 @@ def test_zero_results_and_empty_everything():
 def test_all_failed_missing_fields_and_huge_stderr(job_data):
     job = {"PartitionKey": "j-bad", "status": "failed", "price_key": "not-a-key"}
     huge = "x" * 200_000 + "\nlast line <b>"
+    # A poisoned shard is stored as failed with poisoned set; a stray job row among the shards is skipped.
     rows = [{"RowKey": "a", "status": "failed", "stderr_tail": huge, "node_seconds": "oops"},
-            {"RowKey": "b", "status": "poisoned", "started_at": "not a time", "params": "{not json"},
-            {"RowKey": "c"}, "garbage", {"RowKey": "job", "status": "running"}]
-    files = build_report(job, rows, [None, {"shard_id": "d", "metrics": "nope", "timings": [1]}], [{"ts": None}],
+            {"RowKey": "b", "status": "failed", "poisoned": True, "started_at": "not a time", "params": "{not json"},
+            {"RowKey": "c"}, {"RowKey": "job", "status": "running"}]
+    files = build(job, rows, [None, {"shard_id": "d", "metrics": "nope", "timings": [1]}], [{"ts": None}],
                          fetch)
     s = json.loads(files["summary.json"])
     assert s["job"]["status_label"] == "failed"
@@ -188,7 +200,7 @@ def test_failing_figures_module_does_not_cost_the_report(job_data, monkeypatch):
 
     monkeypatch.setattr(report, "sections_for", lambda payload: boom)
     job, rows, results, events = job_data
-    html = build_report(job, rows, results, events, fetch)["index.html"].decode()
+    html = build(job, rows, results, events, fetch)["index.html"].decode()
     assert "figures unavailable" in html and "no &lt;artifact&gt;" in html
 
 
@@ -196,7 +208,7 @@ def test_payload_sections_are_embedded_with_their_tables(job_data, monkeypatch):
     import upwell.results.report as report
     from upwell.results.figures import Figure, Section, Table
 
-    png = build_report(*job_data, fetch)["figures/timeline.png"]
+    png = build(*job_data, fetch)["figures/timeline.png"]
     seen = {}
 
     def sections(results, fetch):
@@ -206,7 +218,7 @@ def test_payload_sections_are_embedded_with_their_tables(job_data, monkeypatch):
                         tables=[Table("per r", ["r", "mean"], [[2.5, 0.6], [3.0, float("nan")]])])]
 
     monkeypatch.setattr(report, "sections_for", lambda payload: sections if payload == "sweep-demo" else None)
-    files = build_report(*job_data, lambda path: b"npz:" + path.encode())
+    files = build(*job_data, lambda path: b"npz:" + path.encode())
     html = files["index.html"].decode()
     assert seen == {"n": 4, "art": b"npz:results/x/y/field.npz"}
     assert "figures/bifurcation.png" in files and "Bifurcation" in html and "<td>2.5</td>" in html
@@ -215,7 +227,7 @@ def test_payload_sections_are_embedded_with_their_tables(job_data, monkeypatch):
 
 def test_merge_prefers_terminal_ledger_status_and_reads_result_only_shards(job_data):
     _, rows, results, _ = job_data
-    views = merge([{**rows[0], "status": "running"}], results)
+    views = merge(typed([{**rows[0], "status": "running"}]), results)
     by = {v.shard_id: v for v in views}
     assert by["s-00"].status == "succeeded"  # the result is ahead of the ledger
     assert by["s-04"].has_result and by["s-04"].node_seconds == pytest.approx(48)  # from timings
@@ -224,7 +236,7 @@ def test_merge_prefers_terminal_ledger_status_and_reads_result_only_shards(job_d
 def test_earlier_attempts_without_history_get_their_own_timeline_row(job_data):
     _, rows, _, _ = job_data
     row = {**rows[2], "history": None}
-    (v,) = merge([row], [])
+    (v,) = merge(typed([row]), [])
     drawn = v.attempts_drawn()
     assert [a.status for a in drawn] == ["preempted", "succeeded"]
     assert drawn[0].node == "(earlier attempts)"
@@ -248,7 +260,7 @@ def test_hundred_shards_with_failures_make_one_complete_report(job_data):
         rows.append(r)
         if r["status"] == "succeeded":
             results.append(result_doc(r, mean=i / 100, var=i * 0.01, acf=1 - i / 100))
-    files = build_report(job, rows, results, events, fetch)
+    files = build(job, rows, results, events, fetch)
     counts = json.loads(files["summary.json"])["counts"]
     assert counts["shards_total"] == 100
     assert (counts["succeeded"], counts["failed"]) == (94, 6), counts

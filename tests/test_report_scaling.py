@@ -8,11 +8,11 @@ import json
 import re
 from pathlib import Path
 
-from tests.test_report import JOB, at, result_doc, shard_row
+from tests.test_report import JOB, at, build, result_doc, shard_row, typed
 from upwell import cost
-from upwell.results.report import build_report
 from upwell.results.report.model import merge
 from upwell.results.report.summary import cost_summary, scale_points, scaling
+from upwell.rows import JobRow
 from upwell.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ EVENTS = [{"pool": "cpu", "ts": at(0), "target": 2, "nodes": 0, "visible": 9, "i
 
 
 def test_the_nodes_line_follows_the_workers_running_the_jobs_shards():
-    views = merge(_rows(), [])
+    views = merge(typed(_rows()), [])
     points = scale_points(EVENTS, views)
     by_time = {p["ts"].isoformat().replace("+00:00", "Z"): p for p in points}
     assert by_time[at(0)]["nodes"] == 0
@@ -46,9 +46,9 @@ def test_the_nodes_line_follows_the_workers_running_the_jobs_shards():
 
 
 def test_max_backlog_is_the_jobs_own_and_the_pools_is_shown_apart():
-    s = scaling(EVENTS, merge(_rows(), []))["pools"]["cpu"]
+    s = scaling(EVENTS, merge(typed(_rows()), []))["pools"]["cpu"]
     assert s["max_backlog"] == 3 and s["max_pool_backlog"] == 10
-    files = build_report(_job(), _rows(), [result_doc(r) for r in _rows()], EVENTS, fetch=lambda _: b"")
+    files = build(_job(), _rows(), [result_doc(r) for r in _rows()], EVENTS, fetch=lambda _: b"")
     html = files["index.html"].decode()
     assert "max backlog (this job)" in html and "max pool backlog (all jobs)" in html
     assert json.loads(files["summary.json"])["scaling"]["pools"]["cpu"]["max_backlog"] == 3
@@ -57,9 +57,9 @@ def test_max_backlog_is_the_jobs_own_and_the_pools_is_shown_apart():
 def test_a_skus_worked_example_is_not_on_an_unrelated_report():
     table = cost.load()
     for key in ("Standard_NC6s_v3", "Standard_D32s_v4"):
-        note = cost_summary(_job(price_key=key), merge(_rows(), []), table)["azure"]["note"]
+        note = cost_summary(JobRow.from_entity(_job(price_key=key)), merge(typed(_rows()), []), table)["azure"]["note"]
         assert "ResNet" not in note and "GROMACS" not in note and "Quoted" not in note, note
-    html = build_report(_job(price_key="Standard_NC6s_v3", payload="train-torch"), _rows(),
+    html = build(_job(price_key="Standard_NC6s_v3", payload="train-torch"), _rows(),
                         [result_doc(r) for r in _rows()], EVENTS, fetch=lambda _: b"")["index.html"].decode()
     assert "ResNet" not in html and "ImageNet" not in html
     assert "ResNet" in json.loads((ROOT / "upwell/data/prices.json").read_text())["skus"]["Standard_NC6s_v3"][

@@ -127,7 +127,7 @@ def _agent(store: Storage, scratch: Path):
 @pytest.mark.integration
 def test_checkpoint_names_cannot_escape_the_work_dir(store, azurite, tmp_path):
     """Hostile blob names under a shard's checkpoint prefix are refused when staging in."""
-    from upwell.ingest.ingestor import _DotSegments
+    from upwell.storage import DotSegments
 
     job = f"sec-{os.getpid()}"
     prefix = f"{job}/s00001/"
@@ -155,7 +155,7 @@ def test_checkpoint_names_cannot_escape_the_work_dir(store, azurite, tmp_path):
 
         svc = store.blobs
         for n in stored:
-            BlobClient(svc.url, names.CHECKPOINTS, n, credential=svc.credential, transport=_DotSegments()).delete_blob()
+            BlobClient(svc.url, names.CHECKPOINTS, n, credential=svc.credential, transport=DotSegments()).delete_blob()
 
 
 @pytest.mark.integration

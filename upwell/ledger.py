@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from dataclasses import fields as row_fields
+from enum import StrEnum
 from typing import Any
 
 from azure.core import MatchConditions
@@ -107,9 +109,20 @@ class Ledger:
             rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
             return [ShardRow.from_entity(r) for r in rows]
 
-    def jobs(self, *statuses: JobState | str) -> Iterator[JobRow]:
+    def jobs(self, *statuses: JobState | str, created_since: str | None = None, **equal: str) -> Iterator[JobRow]:
+        """The job rows in any of ``statuses`` (all without), created at or after ``created_since`` (ISO
+        text), whose fields named in ``equal`` (``payload=``, ``pool=``, ``owner=`` ...) hold those values."""
         flt = "RowKey eq @job"
         params: dict[str, Any] = {"job": names.JOB_ROW}
+        known = {f.name for f in row_fields(JobRow)}
+        for name, value in equal.items():
+            if name not in known:
+                raise ValueError(f"jobs(): {name!r} is not a job row field")
+            flt += f" and {name} eq @{name}"
+            params[name] = value
+        if created_since is not None:
+            flt += " and created_at ge @since"
+            params["since"] = created_since
         if statuses:
             ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
@@ -172,24 +185,31 @@ class Ledger:
     def _update_shard(self, job_id: str, shard_id: str,
                       change: Callable[[ShardRow], dict[str, Any] | None]) -> dict | None:
         """Apply change(row) -> fields | None under ETag; None means leave as is."""
-        with _funnel(f"update shard {job_id}/{shard_id}"):
+        return self._change_row(job_id, shard_id, ShardRow, change, f"shard {job_id}/{shard_id}")
+
+    def _change_row(self, job_id: str, row_key: str, row_type: type[JobRow] | type[ShardRow],
+                    change: Callable[[Any], dict[str, Any] | None], what: str) -> dict | None:
+        """The one ETag-retry loop: read the row, apply change(row) -> fields | None, write the fields only
+        if nobody wrote the row meanwhile, else read it again. None: no such row, or nothing to change."""
+        with _funnel(f"update {what}"):
             for _ in range(_RETRIES):
                 try:
-                    entity = self.table.get_entity(job_id, shard_id)
+                    entity = self.table.get_entity(job_id, row_key)
                 except ResourceNotFoundError:
                     return None
-                fields = change(ShardRow.from_entity(entity))
+                fields = change(row_type.from_entity(entity))
                 if fields is None:
                     return None
+                fields = {k: v.value if isinstance(v, StrEnum) else v for k, v in fields.items()}
                 try:
-                    self.table.update_entity({"PartitionKey": job_id, "RowKey": shard_id, **fields},
+                    self.table.update_entity({"PartitionKey": job_id, "RowKey": row_key, **fields},
                                              mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
                                              match_condition=MatchConditions.IfNotModified)
                     return fields
                 except (ResourceModifiedError, HttpResponseError) as exc:
                     if not _conflict(exc):
                         raise
-        raise TransientError(f"shard {job_id}/{shard_id}: too much contention", code="Contention")
+        raise TransientError(f"{what}: too much contention", code="Contention")
 
     def shard_started(self, job_id: str, shard_id: str, *, node: str, pool: str, attempt: int,
                       spot: bool = False) -> bool:
@@ -296,25 +316,7 @@ class Ledger:
 
     def change_job(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
         """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts."""
-        with _funnel(f"update job {job_id}"):
-            for _ in range(_RETRIES):
-                try:
-                    entity = self.table.get_entity(job_id, names.JOB_ROW)
-                except ResourceNotFoundError:
-                    return None
-                fields = change(JobRow.from_entity(entity))
-                if fields is None:
-                    return None
-                fields = {k: v.value if isinstance(v, JobState) else v for k, v in fields.items()}
-                try:
-                    self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields},
-                                             mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
-                                             match_condition=MatchConditions.IfNotModified)
-                    return fields
-                except (ResourceModifiedError, HttpResponseError) as exc:
-                    if not _conflict(exc):
-                        raise
-        raise TransientError(f"job {job_id}: too much contention", code="Contention")
+        return self._change_row(job_id, names.JOB_ROW, JobRow, change, f"job {job_id}")
 
     def delete_job(self, job_id: str) -> int:
         """Delete the job row and every shard row; returns how many rows went."""

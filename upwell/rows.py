@@ -171,6 +171,11 @@ class JobRow(_Row):
     estimate_node_seconds_per_shard: float = 0.0
     estimate_node_seconds: float = 0.0
     estimate_usd: float = 0.0
+    estimate_basis: str = ""  # how the estimate was made: from the manifest, or learned from earlier results
+    estimate_spot_fraction: float | None = None
+    node_share: float | None = None  # the job's share of a node: its CPUs or GPUs over the VM's
+    owner: str = ""  # who uploaded it (the manifest's owner, else the upload's uploaded_by)
+    project: str = ""
     spent_usd: float = 0.0
     shards_total: int = 0
     shards_done: int = 0
@@ -225,6 +230,7 @@ class ShardRow(_Row):
     input_blob: str = ""
     input_sha256: str = ""
     result_blob: str = ""
+    price_key: str = ""  # the shard's own price key, when it is not its job's
     attempts: int = 0
     preemptions: int = 0
     deferrals: int = 0
@@ -239,6 +245,7 @@ class ShardRow(_Row):
     node_seconds: float = 0.0
     preempted_node_seconds: float = 0.0
     failed_node_seconds: float = 0.0
+    cost_usd: float | None = None  # what its attempts cost, set when it ends
     error: str = ""
     stderr_tail: str = ""
     history: str = "[]"  # JSON list of earlier attempts: node, started, finished, status
@@ -255,6 +262,11 @@ class ShardRow(_Row):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_SHARD
+
+    @property
+    def paid_seconds(self) -> float:
+        """Node-seconds paid for: the last attempt, and the preempted and failed ones."""
+        return self.node_seconds + self.preempted_node_seconds + self.failed_node_seconds
 
     @property
     def excused(self) -> int:

@@ -23,6 +23,7 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
+from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient, ContentSettings
 from azure.storage.queue import QueueServiceClient
@@ -133,7 +134,15 @@ class Storage:
         return self.blobs.get_container_client(name)
 
     def blob(self, container: str, name: str):
-        return self.blobs.get_blob_client(container, name)
+        """The client of one blob. A name with '.' or '..' segments (stored as is when an upload sent them
+        percent-encoded) keeps them encoded on the wire: the HTTP stack would resolve them and address
+        another blob (or fail the signature)."""
+        if not dot_segments(name):
+            return self.blobs.get_blob_client(container, name)
+        from azure.storage.blob import BlobClient
+
+        return BlobClient(self.blobs.url, container, name, credential=self.blobs.credential,
+                          transport=DotSegments())
 
     @functools.lru_cache(maxsize=64)  # noqa: B019 - a handful of queues per process
     def queue(self, name: str):
@@ -174,6 +183,43 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"write {path}") from None
 
+    def put(self, path: str, data: bytes | Any, *, metadata: dict[str, str] | None = None) -> str:
+        """Upload, replacing any blob of that name; returns the new blob's ETag."""
+        container, name = split_path(path)
+        try:
+            return str(self.blob(container, name).upload_blob(data, overwrite=True, metadata=metadata)["etag"])
+        except AzureError as exc:
+            raise storage_error(exc, f"write {path}") from None
+
+    def properties(self, path: str) -> Any:
+        """The blob's properties (etag, size, last_modified, metadata); NotFound when it is gone."""
+        container, name = split_path(path)
+        try:
+            return self.blob(container, name).get_blob_properties()
+        except AzureError as exc:
+            raise storage_error(exc, f"properties of {path}") from None
+
+    def chunks(self, path: str, *, etag: str | None = None) -> Iterator[bytes]:
+        """The blob's content, chunk by chunk as the caller iterates; with ``etag``, only that version
+        (Conflict when it changed). A missing blob raises NotFound here, before the first chunk."""
+        container, name = split_path(path)
+        condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+        try:
+            downloader = self.blob(container, name).download_blob(**condition)
+        except AzureError as exc:
+            raise storage_error(exc, f"read {path}") from None
+        return _funnelled(downloader.chunks(), f"read {path}")
+
+    def delete(self, path: str, *, etag: str | None = None) -> None:
+        """Delete a blob and its snapshots; with ``etag``, only that version (Conflict when it changed,
+        NotFound when gone)."""
+        container, name = split_path(path)
+        condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+        try:
+            self.blob(container, name).delete_blob(delete_snapshots="include", **condition)
+        except AzureError as exc:
+            raise storage_error(exc, f"delete {path}") from None
+
     def download(self, path: str, fh: Any) -> None:
         """Stream a blob into an open binary file."""
         container, name = split_path(path)
@@ -193,6 +239,14 @@ class Storage:
         """One message leased for ``visibility_timeout`` s, or None when the queue is empty."""
         try:
             return self.queue(queue).receive_message(visibility_timeout=visibility_timeout)
+        except AzureError as exc:
+            raise storage_error(exc, f"receive from {queue}") from None
+
+    def receive_many(self, queue: str, *, visibility_timeout: int, max_messages: int = 32) -> list[Any]:
+        """Up to ``max_messages`` messages, each leased for ``visibility_timeout`` s ([] when the queue is empty)."""
+        try:
+            return list(self.queue(queue).receive_messages(messages_per_page=max_messages, max_messages=max_messages,
+                                                           visibility_timeout=visibility_timeout))
         except AzureError as exc:
             raise storage_error(exc, f"receive from {queue}") from None
 
@@ -218,6 +272,35 @@ class Storage:
             yield from self.container(container).list_blobs(name_starts_with=prefix)
         except AzureError as exc:
             raise storage_error(exc, f"list {container}/{prefix or ''}") from None
+
+
+def _funnelled(chunks: Iterator[bytes], what: str) -> Iterator[bytes]:
+    try:
+        yield from chunks
+    except AzureError as exc:
+        raise storage_error(exc, what) from None
+
+
+def dot_segments(name: str) -> bool:
+    """Whether a blob name has '.' or '..' path segments."""
+    return any(part in (".", "..") for part in name.split("/"))
+
+
+def _encode_dot_segments(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    path = "/".join({"..": "%2E%2E", ".": "%2E"}.get(seg, seg) for seg in parts.path.split("/"))
+    return urlunsplit(parts._replace(path=path))
+
+
+class DotSegments(RequestsTransport):
+    """Sends '.' and '..' path segments percent-encoded. It acts after the request is signed, so a
+    SharedKey signature covers the name as stored and the HTTP stack cannot resolve the segments."""
+
+    def send(self, request, **kwargs):
+        request.url = _encode_dot_segments(request.url)
+        return super().send(request, **kwargs)
 
 
 def split_path(path: str) -> tuple[str, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from azure.core.exceptions import ResourceNotFoundError
 
-from tests.pipeline_helpers import live_worker_pids
+from tests.pipeline_helpers import live_worker_pids, wait_for
 from upwell import names
 from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import JobRow, Ledger
@@ -186,17 +186,20 @@ def upload(storage: Storage, name: str, data: bytes) -> str:
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+    """wait_for (tests.pipeline_helpers), asking again when the predicate raises: storage may be down on
+    purpose. A timeout names the last answer or error."""
+    last: list = [None]
+
+    def asking():
         try:
-            last = predicate()
+            last[0] = predicate()
         except Exception as exc:  # noqa: BLE001 - storage may be down on purpose; keep asking
-            last = exc
-        if last and not isinstance(last, Exception):
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last: {last!r}")
+            last[0] = exc
+            return None
+        return last[0]
+
+    return wait_for(asking, timeout, f"{what} ({timeout:.0f} s)", on_timeout=lambda: f"last: {last[0]!r}",
+                    poll_s=interval)
 
 
 def progress(storage: Storage, job_id: str) -> int:

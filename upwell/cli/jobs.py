@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from upwell import names
-from upwell.errors import UpwellError
+from upwell.errors import NotFound, UpwellError
 
 console = Console()
 err = Console(stderr=True)
@@ -118,13 +118,11 @@ def prune(older_than: str = typer.Option(..., "--older-than", help="age such as 
 def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
          shard: str = typer.Argument(..., help="shard id, e.g. s00003")) -> None:
     """Print a shard's payload.log (its latest attempt)."""
-    from azure.core.exceptions import ResourceNotFoundError
-
     storage = _storage()
     job_id = resolve(storage, job)
     try:
         data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/payload.log")
-    except ResourceNotFoundError:
+    except NotFound:
         err.print(f"[red]no log for {job_id}/{shard} yet[/] (results/{job_id}/{shard}/payload.log): the shard has "
                   "not finished an attempt, or there is no such shard", soft_wrap=True)
         raise typer.Exit(1) from None

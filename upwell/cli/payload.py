@@ -21,6 +21,8 @@ import signal
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +76,13 @@ def _registry(local: bool = False):
     return Registry(storage, settings.registry_allowlist)
 
 
-@payload_app.command("validate")
-def validate_file(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a definition (YAML)")) -> None:
-    """Check a definition; print every problem with its path in the file. Exit 2 when there is one."""
-    from upwell.payloads.validate import DefinitionError, load
+@contextmanager
+def _refusal(path: Path) -> Iterator[None]:
+    """A definition that does not load, or that storage refuses: every problem on stderr, then exit 2."""
+    from upwell.payloads.validate import DefinitionError
 
     try:
-        loaded = load(path.read_bytes(), str(path), _registry(local=True).allowlist)
+        yield
     except DefinitionError as exc:
         for problem in exc.problems:
             typer.echo(f"{path}: {problem}", err=True)
@@ -88,23 +90,23 @@ def validate_file(path: Path = typer.Argument(..., exists=True, dir_okay=False, 
     except InputRejected as exc:
         typer.echo(f"{path}: {exc.message}", err=True)
         raise typer.Exit(2) from None
+
+
+@payload_app.command("validate")
+def validate_file(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a definition (YAML)")) -> None:
+    """Check a definition; print every problem with its path in the file. Exit 2 when there is one."""
+    from upwell.payloads.validate import load
+
+    with _refusal(path):
+        loaded = load(path.read_bytes(), str(path), _registry(local=True).allowlist)
     typer.echo(f"{path}: ok: {loaded.ref} {loaded.sha256} image {loaded.definition.image}")
 
 
 @payload_app.command("push")
 def push(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a definition (YAML)")) -> None:
     """Validate a definition and register it in the payloads container (a version never changes)."""
-    from upwell.payloads.validate import DefinitionError
-
-    try:
+    with _refusal(path):
         loaded, created = _registry().push(path.read_bytes(), str(path))
-    except DefinitionError as exc:
-        for problem in exc.problems:
-            typer.echo(f"{path}: {problem}", err=True)
-        raise typer.Exit(2) from None
-    except InputRejected as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(2) from None
     typer.echo(f"{'registered' if created else 'already registered'}: {loaded.ref} {loaded.sha256}")
 
 

@@ -19,12 +19,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
 
-from azure.core.exceptions import AzureError, ResourceNotFoundError
-from azure.core.pipeline.transport import RequestsTransport
-from azure.storage.queue import QueueClient
-
 from upwell import logs, names
-from upwell.errors import InputRejected
+from upwell.errors import InputRejected, NotFound, UpwellError
 from upwell.ingest import manifests
 from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
 from upwell.ingest.uploads import ShardUploads, prefetch
@@ -33,7 +29,7 @@ from upwell.messages import WorkItem, encode
 from upwell.payloads import params as payload_params
 from upwell.payloads.registry import Registry
 from upwell.settings import Settings
-from upwell.storage import Storage
+from upwell.storage import Storage, dot_segments
 from upwell.timeutil import now_iso
 
 MAX_NAME = 1024
@@ -102,22 +98,14 @@ class Ingestor:
         self.definitions = Registry(storage, settings.registry_allowlist)
 
     def incoming(self, name: str):
-        """The client of incoming/<name>. A name with '.' or '..' segments (stored as is when an upload
-        sent them percent-encoded) needs them kept encoded on the wire: the HTTP stack would resolve
-        them and address another blob (or fail the signature), and the upload could never be moved."""
-        if not _dot_segments(name):
-            return self.storage.blob(names.INCOMING, name)
-        from azure.storage.blob import BlobClient
-
-        svc = self.storage.blobs
-        return BlobClient(svc.url, names.INCOMING, name, credential=svc.credential, transport=_DotSegments())
+        """The client of incoming/<name> (Storage.blob keeps '.' and '..' segments encoded on the wire)."""
+        return self.storage.blob(names.INCOMING, name)
 
     def ingest(self, name: str) -> Outcome:
-        """Ingest incoming/<name>. Raises only transient errors (so the host redelivers)."""
-        blob = self.incoming(name)
+        """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers."""
         try:
-            props = blob.get_blob_properties()
-        except ResourceNotFoundError:
+            props = self.storage.properties(f"{names.INCOMING}/{name}")
+        except NotFound:
             return Outcome("", "skipped", message=f"incoming/{name} is gone")
         job_id = job_id_for(name, props.etag)
         bound = log.bind(job_id=job_id, blob=f"{names.INCOMING}/{name}")
@@ -254,10 +242,10 @@ class Ingestor:
 
     def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
         """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
-        container, name = path.split("/", 1)
+        name = path.split("/", 1)[1]
         try:
-            data = self.storage.blob(container, name).download_blob().readall()
-        except ResourceNotFoundError:
+            data = self.storage.read(path)
+        except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field=f"data[{i}]") from None
         if len(data) > self.settings.max_upload_bytes:
             raise InputRejected(f"data[{i}] is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}",
@@ -302,7 +290,7 @@ class Ingestor:
     def _binary_sha256(self, name: str) -> str:
         """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
         head, digest = b"", hashlib.sha256()
-        for chunk in self.incoming(name).download_blob().chunks():
+        for chunk in self.storage.chunks(f"{names.INCOMING}/{name}"):
             if len(head) < 512:
                 head += chunk[:512]
             digest.update(chunk)
@@ -334,20 +322,19 @@ class Ingestor:
                       options: CsvOptions | None = None):
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
-        container, blob_name = path.split("/", 1)
         try:
-            downloader = self.storage.blob(container, blob_name).download_blob()
-        except ResourceNotFoundError:
+            chunks = self.storage.chunks(path)
+        except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field="data") from None
         if fmt == "parquet":
             with tempfile.NamedTemporaryFile(suffix=".parquet") as tmp:
-                for chunk in downloader.chunks():
+                for chunk in chunks:
                     tmp.write(chunk)
                 tmp.flush()
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(prefetch(downloader.chunks()), source=path, rows_per_shard=rule.rows,
+        yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,
                              bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
 
     # -- ledger and queue -------------------------------------------------------------
@@ -408,13 +395,13 @@ class Ingestor:
                      params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
                      result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
             for sid, params, blob, digest in shards])
-        queue: QueueClient = self.storage.queue(names.work_queue(job["pool"]))
+        queue = names.work_queue(job["pool"])
         if len(texts) < 4:
             for text in texts:
-                queue.send_message(text)
+                self.storage.send(queue, text)
         else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
             with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
-                for _ in pool.map(queue.send_message, texts):
+                for _ in pool.map(lambda text: self.storage.send(queue, text), texts):
                     pass
         self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
         bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
@@ -438,12 +425,11 @@ class Ingestor:
         safe = name if _printable(name) and fits else f"rejected/{job_id}"
         error = {**exc.to_dict(), "job_id": job_id, "blob": f"{names.INCOMING}/{name!r}"[:2000],
                  "etag": etag, "rejected_at": now_iso()}
-        src = self.incoming(name)
+        src = f"{names.INCOMING}/{name}"
         try:
-            downloader = src.download_blob(etag=etag, match_condition=_if_match())
-            self.storage.blob(names.QUARANTINE, safe).upload_blob(downloader.chunks(), overwrite=True,
-                                                                  metadata={"source_etag": etag.strip('"')})
-        except ResourceNotFoundError:
+            self.storage.write(f"{names.QUARANTINE}/{safe}", self.storage.chunks(src, etag=etag),
+                               metadata={"source_etag": etag.strip('"')})
+        except NotFound:
             pass  # already moved by an earlier delivery
         self.storage.write(f"{names.QUARANTINE}/{safe}{ERROR_SUFFIX}", json.dumps(error, indent=2).encode(),
                            content_type="application/json")
@@ -452,8 +438,9 @@ class Ingestor:
                                       quarantine_blob=f"{names.QUARANTINE}/{safe}", created_at=now_iso()))
         self.ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message)
         try:
-            src.delete_blob(etag=etag, match_condition=_if_match())
-        except AzureError as err:  # the ETag no longer matches (a newer upload under the same name stays) or gone
+            self.storage.delete(src, etag=etag)
+        except UpwellError as err:  # the ETag no longer matches (a newer upload under the same name stays), it
+            # is gone, or storage failed: the copy is made and the job rejected; the original may stay.
             log.info("ingest.quarantine_kept_original", reason=type(err).__name__)
 
 
@@ -473,36 +460,9 @@ def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None 
     return seen
 
 
-def _if_match():
-    from azure.core import MatchConditions
-
-    return MatchConditions.IfNotModified
-
-
 def _printable(name: str) -> bool:
-    return not any(unicodedata.category(c) == "Cc" for c in name) and not _dot_segments(name) \
+    return not any(unicodedata.category(c) == "Cc" for c in name) and not dot_segments(name) \
         and not name.startswith("/")
-
-
-def _dot_segments(name: str) -> bool:
-    return any(part in (".", "..") for part in name.split("/"))
-
-
-def _encode_dot_segments(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    path = "/".join({"..": "%2E%2E", ".": "%2E"}.get(seg, seg) for seg in parts.path.split("/"))
-    return urlunsplit(parts._replace(path=path))
-
-
-class _DotSegments(RequestsTransport):
-    """Sends '.' and '..' path segments percent-encoded. It acts after the request is signed, so a
-    SharedKey signature covers the name as stored and the HTTP stack cannot resolve the segments."""
-
-    def send(self, request, **kwargs):
-        request.url = _encode_dot_segments(request.url)
-        return super().send(request, **kwargs)
 
 
 def _uploader(props) -> str:

@@ -60,57 +60,87 @@ class CsvOptions:
 BLOCK_BYTES = 4 << 20  # the columnar reader checks this much text at a time
 
 
-def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int, *, first_line: int = 0,  # noqa: C901 - one pass over the bytes
+def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int, *, first_line: int = 0,
                    check_head: bool = True, offset: int = 0) -> Iterator[str]:
     """Decode UTF-8 (with or without BOM) or UTF-16 (BOM) incrementally into lines."""
     it = iter(chunks)
+    head = _head(it)
+    if check_head:
+        _refuse_archive(head, source)
+    lines = _Lines(_decoder(head, check_head), source, max_line, first_line=first_line, check_nul=check_head,
+                   offset=offset)
+    yield from lines.feed(head)
+    for chunk in it:
+        yield from lines.feed(chunk)
+    yield from lines.feed(b"", final=True)
+
+
+def _head(it: Iterator[bytes], size: int = 512) -> bytes:
+    """At least ``size`` bytes from the start of the stream (all of it when it is shorter)."""
     head = b""
     for chunk in it:
         head += chunk
-        if len(head) >= 512:
+        if len(head) >= size:
             break
-    kind = archive_kind(head) if check_head else ""
+    return head
+
+
+def _refuse_archive(head: bytes, source: str) -> None:
+    kind = archive_kind(head)
     if kind:
         raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "
                             "themselves", field="document", source=source)
-    if check_head and head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        decoder = codecs.getincrementaldecoder("utf-16")(errors="strict")
-    else:
-        decoder = codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
-    pending = ""
-    start = offset
-    lineno = first_line
 
-    def feed(data: bytes, final: bool = False) -> Iterator[str]:
-        nonlocal pending, offset, lineno
-        try:
-            text = decoder.decode(data, final)
-        except UnicodeDecodeError as exc:
-            raise InputRejected(f"{source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
-                                field="encoding", source=source) from None
-        if offset == start and check_head and "\x00" in text:
-            raise InputRejected(f"{source} contains NUL characters: a binary file, or UTF-16 text without a "
-                                "byte-order mark (save it as UTF-8, or UTF-16 with BOM)", field="encoding",
-                                source=source)
-        offset += len(data)
-        pending += text
-        lines = _LINES.findall(pending)
-        pending = ""
+
+def _decoder(head: bytes, check_head: bool) -> codecs.IncrementalDecoder:
+    if check_head and head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return codecs.getincrementaldecoder("utf-16")(errors="strict")
+    return codecs.getincrementaldecoder("utf-8-sig")(errors="strict")
+
+
+class _Lines:
+    """Bytes in, complete lines out. State: the decoder, an unfinished line held back, the byte offset
+    reached (for error messages) and the number of the last line counted."""
+
+    def __init__(self, decoder: codecs.IncrementalDecoder, source: str, max_line: int, *, first_line: int,
+                 check_nul: bool, offset: int) -> None:
+        self.decoder, self.source, self.max_line, self.check_nul = decoder, source, max_line, check_nul
+        self.pending = ""
+        self.start = self.offset = offset
+        self.lineno = first_line
+
+    def feed(self, data: bytes, final: bool = False) -> list[str]:
+        text = self._decode(data, final)
+        self.offset += len(data)
+        lines = _LINES.findall(self.pending + text)
+        self.pending = ""
         # Hold back an unfinished line, and a bare "\r" that may be half of a "\r\n".
         if lines and not final and (not lines[-1].endswith(("\n", "\r")) or lines[-1].endswith("\r")):
-            pending = lines.pop()
-        for line in [*lines, pending]:
-            if len(line) > max_line:
-                raise InputRejected(f"{source}: line {lineno + 1} is longer than {max_line} characters",
-                                    field="row", limit=f"max_line_bytes={max_line}", source=source)
-            lineno += 1
-        lineno -= 1  # pending is counted again when it is complete
-        yield from lines
+            self.pending = lines.pop()
+        self._count(lines)
+        return lines
 
-    yield from feed(head)
-    for chunk in it:
-        yield from feed(chunk)
-    yield from feed(b"", final=True)
+    def _decode(self, data: bytes, final: bool) -> str:
+        try:
+            text = self.decoder.decode(data, final)
+        except UnicodeDecodeError as exc:
+            raise InputRejected(f"{self.source}: not valid UTF-8/UTF-16 near byte {self.offset + exc.start}",
+                                field="encoding", source=self.source) from None
+        if self.offset == self.start and self.check_nul and "\x00" in text:
+            raise InputRejected(f"{self.source} contains NUL characters: a binary file, or UTF-16 text without a "
+                                "byte-order mark (save it as UTF-8, or UTF-16 with BOM)", field="encoding",
+                                source=self.source)
+        return text
+
+    def _count(self, lines: list[str]) -> None:
+        """Number the lines, and refuse one longer than max_line (the held-back part counts too)."""
+        for line in [*lines, self.pending]:
+            if len(line) > self.max_line:
+                raise InputRejected(f"{self.source}: line {self.lineno + 1} is longer than {self.max_line} "
+                                    "characters", field="row", limit=f"max_line_bytes={self.max_line}",
+                                    source=self.source)
+            self.lineno += 1
+        self.lineno -= 1  # pending is counted again when it is complete
 
 
 _CASTS = {"float": float, "int": int, "str": str}

@@ -152,9 +152,8 @@ def submit(storage: Storage, paths: list[Path], prefix: str = "") -> list[Upload
         for local, name in _files(Path(path), prefix):
             check_name(name)
             with open(local, "rb") as fh:
-                blob = storage.blob(names.INCOMING, name)
-                props = blob.upload_blob(fh, overwrite=True, metadata={"uploaded_by": uploader()})
-            job = None if is_manifest_input(name) and not is_manifest(name) else job_id_for(name, props["etag"])
+                etag = storage.put(f"{names.INCOMING}/{name}", fh, metadata={"uploaded_by": uploader()})
+            job = None if is_manifest_input(name) and not is_manifest(name) else job_id_for(name, etag)
             out.append(Uploaded(local, name, job))
     return out
 

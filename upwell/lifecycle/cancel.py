@@ -13,10 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from azure.core.exceptions import ResourceNotFoundError
-
 from upwell import logs, names
-from upwell.errors import DecodeError, UpwellError
+from upwell.errors import DecodeError, NotFound, UpwellError
+from upwell.lease import Lease
 from upwell.ledger import JobState, Ledger, ShardState
 from upwell.messages import decode
 from upwell.storage import Storage
@@ -71,18 +70,18 @@ def drain_messages(storage: Storage, ledger: Ledger, pool: str, job_id: str, *, 
     """Delete the job's visible messages from work-<pool>; put every other message back at once.
 
     Others stay invisible until the drain ends, so each is received once; each counts as a deferral."""
-    queue = storage.queue(names.work_queue(pool))
+    queue = names.work_queue(pool)
     others, deleted, seen = [], 0, 0
     try:
         while seen < limit:
-            batch = list(queue.receive_messages(messages_per_page=32, visibility_timeout=60, max_messages=32))
+            batch = storage.receive_many(queue, visibility_timeout=60, max_messages=32)
             if not batch:
                 break
             seen += len(batch)
             for msg in batch:
                 owner, shard = _owner(msg.content)
                 if owner == job_id:
-                    _delete(queue, msg)
+                    Lease(storage.queue(queue), msg, 60).delete()  # one already gone is fine
                     deleted += 1
                 else:
                     others.append((msg, owner, shard))
@@ -91,8 +90,8 @@ def drain_messages(storage: Storage, ledger: Ledger, pool: str, job_id: str, *, 
             if owner and shard:
                 ledger.shard_deferred(owner, shard)
             try:
-                queue.update_message(msg.id, pop_receipt=msg.pop_receipt, visibility_timeout=0)
-            except ResourceNotFoundError:
+                Lease(storage.queue(queue), msg, 60).release(0)
+            except NotFound:
                 pass
     return deleted
 
@@ -105,8 +104,3 @@ def _owner(content) -> tuple[str, str]:
     return item.job_id, item.shard_id
 
 
-def _delete(queue, msg) -> None:
-    try:
-        queue.delete_message(msg.id, msg.pop_receipt)
-    except ResourceNotFoundError:
-        pass

@@ -12,11 +12,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from azure.core import MatchConditions
-from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
-
 from upwell import logs, names
-from upwell.errors import UpwellError
+from upwell.errors import Conflict, NotFound, UpwellError
 from upwell.ingest.ingestor import ERROR_SUFFIX
 from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger
 from upwell.storage import Storage, split_path
@@ -48,9 +45,9 @@ def delete_prefix(storage: Storage, container: str, prefix: str, *, exact: bool 
     n = 0
     for name in names_:
         try:
-            storage.blob(container, name).delete_blob(delete_snapshots="include")
+            storage.delete(f"{container}/{name}")
             n += 1
-        except ResourceNotFoundError:
+        except NotFound:
             pass
     return n
 
@@ -83,11 +80,10 @@ def _delete_upload(storage: Storage, job: JobRow) -> int:
     source, etag = job.source_blob, job.source_etag
     if not source.startswith(f"{names.INCOMING}/") or not etag:
         return 0
-    container, name = split_path(source)
     try:
-        storage.blob(container, name).delete_blob(etag=etag, match_condition=MatchConditions.IfNotModified)
+        storage.delete(source, etag=etag)
         return 1
-    except (ResourceNotFoundError, ResourceModifiedError):
+    except (NotFound, Conflict):
         return 0  # gone already, or a newer upload under the same name: that one is not this job's
 
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from upwell import cost
 from upwell.errors import InputRejected
-from upwell.ledger import Ledger
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow
 
 BY = ("job", "owner", "project")
+FINISHED = (JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobState.FAILED)  # jobs whose estimate is compared
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -34,23 +35,14 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
-def as_dict(row: Any) -> dict:
-    """A ledger row (JobRow, ShardRow, or an entity) as the plain dict it is stored as: the typed
-    fields and the ones the row type does not know (owner, project, node_share, cost_usd ...)."""
-    if row is None:
-        return {}
-    return row.to_entity() if hasattr(row, "to_entity") else dict(row)
-
-
 def _iso(when: datetime) -> str:
     """As the ledger writes times (upwell.timeutil.now_iso), so strings compare in time order."""
     return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def shard_cost(row: dict, job: dict, table: cost.PriceTable | None = None) -> float:
-    key = str(row.get("price_key") or job.get("price_key") or cost.DEFAULT_KEY)
-    usd = cost.shard_usd(cost.paid_seconds(row), key, cost.truthy(row.get("spot")),
-                         cost.to_float(job.get("node_share")) or 1.0, prices=table)
+def shard_cost(row: ShardRow, job: JobRow, table: cost.PriceTable | None = None) -> float:
+    key = row.price_key or job.price_key or cost.DEFAULT_KEY
+    usd = cost.shard_usd(row.paid_seconds, key, row.spot, job.node_share or 1.0, prices=table)
     return float(usd or 0.0)
 
 
@@ -78,10 +70,10 @@ class Group:
                 "budget_left_usd": None if self.budget_usd is None else self.budget_usd - self.actual_usd}
 
 
-def job_key(job: dict, by: str) -> str:
+def job_key(job: JobRow, by: str) -> str:
     if by == "job":
-        return str(job.get("PartitionKey") or job.get("job_id"))
-    return str(job.get(by) or ("unknown" if by == "owner" else "default"))
+        return job.job_id
+    return getattr(job, by) or ("unknown" if by == "owner" else "default")
 
 
 def rollup(ledger: Ledger, by: str = "job", since: datetime | None = None, *, budgets: dict | None = None,
@@ -92,32 +84,29 @@ def rollup(ledger: Ledger, by: str = "job", since: datetime | None = None, *, bu
     table = prices or cost.load()
     floor = _iso(since) if since else ""
     groups: dict[str, Group] = {}
-    for job in map(as_dict, ledger.jobs()):
-        if job.get("status") == "rejected" or str(job.get("created_at") or "") < floor:
+    for job in ledger.jobs():
+        if job.status == JobState.REJECTED or job.created_at < floor:
             continue
         key = job_key(job, by)
         g = groups.setdefault(key, Group(key, budget_usd=(budgets or {}).get(by, {}).get(key)))
         g.jobs += 1
-        g.job_ids.append(job["PartitionKey"])
-        for row in map(as_dict, ledger.shards(job["PartitionKey"])):
-            seconds = cost.paid_seconds(row)
+        g.job_ids.append(job.job_id)
+        for row in ledger.shards(job.job_id):
+            seconds = row.paid_seconds
             if seconds <= 0:
                 continue
             g.shards += 1
             g.node_seconds += seconds
             g.actual_usd += shard_cost(row, job, table)
-        est = cost.to_float(job.get("estimate_usd"))
-        if est is not None and job.get("status") in ("succeeded", "partially_failed", "failed"):
-            g.estimate_usd += est
+        if job.status in FINISHED:
+            g.estimate_usd += job.estimate_usd
             g.estimated_jobs += 1
     return sorted(groups.values(), key=lambda g: g.actual_usd, reverse=True)
 
 
 def spent(ledger: Ledger, by: str, value: str, since: datetime) -> float:
     """USD recorded (the job rows' spent_usd) by an owner or project since a date."""
-    rows = ledger.table.query_entities(f"RowKey eq @job and {by} eq @v and created_at ge @since",
-                                       parameters={"job": "job", "v": value, "since": _iso(since)})
-    return sum(cost.to_float(r.get("spent_usd")) or 0.0 for r in rows)
+    return sum(job.spent_usd for job in ledger.jobs(created_since=_iso(since), **{by: value}))
 
 
 def check_budgets(ledger: Ledger, settings: Any, *, owner: str, project: str, estimate_usd: float) -> None:

@@ -10,9 +10,8 @@ from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
 
-from upwell import cost, names
-from upwell.ledger import Ledger
-from upwell.ops.costs import as_dict
+from upwell import names
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
@@ -43,46 +42,40 @@ def page() -> bytes:
     return html.replace("/*upwell:js*/", asset("dashboard.js")[0].decode().replace("</", "<\\/")).encode()
 
 
-def _f(value: Any) -> float:
-    return cost.to_float(value) or 0.0
-
-
-def job_line(job: dict, shards: list[dict] | None, now: datetime) -> dict[str, Any]:
+def job_line(job: JobRow, shards: list[ShardRow] | None, now: datetime) -> dict[str, Any]:
     """One job as the page lists it: state, progress, cost so far, ETA and recoveries."""
-    total = int(job.get("shards_total") or 0)
-    done = int(job.get("shards_done") or 0) + int(job.get("shards_failed") or 0)
-    status = str(job.get("status") or "")
+    total = job.shards_total
+    done = job.shards_done + job.shards_failed
+    status = job.status.value
     eta = None
-    started = parse_iso(job.get("started_at"))
+    started = parse_iso(job.started_at or None)
     if status == "running" and started and 0 < done < total:
         elapsed = (now - started).total_seconds()
         eta = elapsed / done * (total - done)
-    line = {"job_id": job["PartitionKey"], "name": job.get("name") or "", "status": status,
-            "state": STATE_LABEL.get(status, status), "payload": job.get("payload") or "",
-            "pool": job.get("pool") or "",
-            "owner": job.get("owner") or "", "project": job.get("project") or "",
-            "shards_total": total, "shards_finished": done, "shards_failed": int(job.get("shards_failed") or 0),
+    line = {"job_id": job.job_id, "name": job.name, "status": status,
+            "state": STATE_LABEL.get(status, status), "payload": job.payload, "pool": job.pool,
+            "owner": job.owner, "project": job.project,
+            "shards_total": total, "shards_finished": done, "shards_failed": job.shards_failed,
             "progress": (done / total) if total else (1.0 if status in TERMINAL and status != "rejected" else 0.0),
-            "spent_usd": _f(job.get("spent_usd")), "estimate_usd": cost.to_float(job.get("estimate_usd")),
-            "budget_usd": cost.to_float(job.get("budget_usd")), "eta_s": eta,
-            "created_at": job.get("created_at") or "", "finished_at": job.get("finished_at") or "",
-            "message": job.get("message") or "", "reported": bool(job.get("reported")),
-            "report": f"reports/{job['PartitionKey']}/index.html" if job.get("reported") else None}
+            "spent_usd": job.spent_usd, "estimate_usd": job.estimate_usd or None,
+            "budget_usd": job.budget_usd, "eta_s": eta,
+            "created_at": job.created_at, "finished_at": job.finished_at,
+            "message": job.message, "reported": job.reported,
+            "report": f"reports/{job.job_id}/index.html" if job.reported else None}
     if shards is not None:
-        line["running"] = sum(1 for s in shards if s.get("status") == "running")
-        line["recoveries"] = sum(int(s.get("preemptions") or 0) + int(s.get("failures") or 0) for s in shards)
-        line["preemptions"] = sum(int(s.get("preemptions") or 0) for s in shards)
+        line["running"] = sum(1 for s in shards if s.status == ShardState.RUNNING)
+        line["recoveries"] = sum(s.preemptions + s.failures for s in shards)
+        line["preemptions"] = sum(s.preemptions for s in shards)
     return line
 
 
 def jobs(ledger: Ledger, now: datetime) -> list[dict]:
-    rows = sorted(map(as_dict, ledger.jobs()), key=lambda j: str(j.get("created_at") or ""), reverse=True)[:JOB_LIMIT]
+    rows = sorted(ledger.jobs(), key=lambda j: j.created_at, reverse=True)[:JOB_LIMIT]
     out = []
     for i, job in enumerate(rows):
-        active = job.get("status") not in TERMINAL
-        shards = [as_dict(r) for r in ledger.shards(job["PartitionKey"])] if (active or i < DETAIL_LIMIT) and job.get(
-            "status") != "rejected" else None
-        out.append(job_line(job, shards, now))
+        active = job.status not in TERMINAL
+        detail = (active or i < DETAIL_LIMIT) and job.status != JobState.REJECTED
+        out.append(job_line(job, list(ledger.shards(job.job_id)) if detail else None, now))
     return out
 
 
@@ -141,14 +134,12 @@ def job_detail(storage: Storage, job_id: str) -> dict[str, Any] | None:
     job = ledger.job(job_id)
     if job is None:
         return None
-    job = as_dict(job)
-    shards = sorted(map(as_dict, ledger.shards(job_id)), key=lambda r: r["RowKey"])
+    shards = sorted(ledger.shards(job_id), key=lambda r: r.shard_id)
     line = job_line(job, shards, datetime.now(UTC))
-    line["estimate_basis"] = job.get("estimate_basis") or ""
-    line["shards"] = [{"shard_id": s["RowKey"], "status": s.get("status") or "", "node": s.get("node") or "",
-                       "attempts": int(s.get("attempts") or 0), "preemptions": int(s.get("preemptions") or 0),
-                       "failures": int(s.get("failures") or 0), "node_seconds": cost.paid_seconds(s),
-                       "cost_usd": cost.to_float(s.get("cost_usd")), "error": (s.get("error") or "")[:300]}
+    line["estimate_basis"] = job.estimate_basis
+    line["shards"] = [{"shard_id": s.shard_id, "status": s.status.value, "node": s.node, "attempts": s.attempts,
+                       "preemptions": s.preemptions, "failures": s.failures, "node_seconds": s.paid_seconds,
+                       "cost_usd": s.cost_usd, "error": s.error[:300]}
                       for s in shards]
     return line
 

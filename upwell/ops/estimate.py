@@ -21,13 +21,12 @@ import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from upwell import cost
-from upwell.ops.costs import as_dict
+from upwell.ledger import JobState, Ledger, ShardState
 
 MAX_JOBS = 10
-FINISHED = ("succeeded", "partially_failed")
+FINISHED = (JobState.SUCCEEDED, JobState.PARTIALLY_FAILED)
 
 
 def size_key(params: dict | str | None, ranks: int = 1, gpus: int = 0) -> str:
@@ -61,22 +60,18 @@ class History:
         return float(fallback), "manifest"
 
 
-def learn(ledger: Any, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
+def learn(ledger: Ledger, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
     """History of ``payload`` on ``pool`` from the ledger's most recent finished jobs."""
-    rows = ledger.table.query_entities(
-        "RowKey eq @job and payload eq @payload and pool eq @pool and ( status eq @a or status eq @b )",
-        parameters={"job": "job", "payload": payload, "pool": pool, "a": FINISHED[0], "b": FINISHED[1]})
-    jobs = [dict(j) for j in rows]
-    jobs.sort(key=lambda j: str(j.get("finished_at") or ""), reverse=True)
+    jobs = sorted(ledger.jobs(*FINISHED, payload=payload, pool=pool), key=lambda j: j.finished_at, reverse=True)
     hist = History()
     for job in jobs[:max_jobs]:
         hist.jobs += 1
-        for row in map(as_dict, ledger.shards(job["PartitionKey"])):
-            if row.get("status") != "succeeded":
+        for row in ledger.shards(job.job_id):
+            if row.status != ShardState.SUCCEEDED:
                 continue
-            seconds = cost.paid_seconds(row)
+            seconds = row.paid_seconds
             if seconds > 0:
-                hist.add(size_key(row.get("params"), int(job.get("ranks") or 1), int(job.get("gpus") or 0)), seconds)
+                hist.add(size_key(row.params, job.ranks or 1, job.gpus), seconds)
     return hist
 
 

@@ -33,7 +33,6 @@ from upwell import logs, names
 from upwell.errors import ConfigError
 from upwell.ops import tags as T
 from upwell.ops import wallclock
-from upwell.ops.costs import as_dict
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.ops.janitor")
@@ -231,22 +230,21 @@ class Janitor:
             upwell_job = tags.get(T.JOB)
             if not upwell_job or self.ledger is None:
                 continue
-            row = as_dict(self.ledger.job(upwell_job))
-            if row.get("status") in TERMINAL or not row:
+            row = self.ledger.job(upwell_job)
+            if row is None or row.status in TERMINAL:
                 yield Finding("orphan_batch_job", job.id, job.id, f"Batch job active, but upwell job {upwell_job} is "
-                              f"{row.get('status') or 'gone'}", True, tags=tags)
+                              f"{row.status.value if row else 'gone'}", True, tags=tags)
 
     def _overdue(self, _found):
         if self.ledger is None:
             return
-        for job in map(as_dict, self.ledger.jobs("accepted", "running")):
-            if job.get("killed_at"):
+        for job in self.ledger.jobs("accepted", "running"):
+            if job.extra.get("killed_at"):  # the kill-switch fields are upwell.ops.wallclock's, kept as extras
                 continue
-            why = wallclock.job_overdue(job, self.now)
+            why = wallclock.job_overdue(job.to_entity(), self.now)
             if why:
-                yield Finding("overdue_job", job["PartitionKey"], str(job.get("name") or job["PartitionKey"]), why,
-                              True, tags={T.JOB: job["PartitionKey"], T.OWNER: str(job.get("owner") or ""),
-                                          T.PROJECT: str(job.get("project") or "")})
+                yield Finding("overdue_job", job.job_id, job.name or job.job_id, why,
+                              True, tags={T.JOB: job.job_id, T.OWNER: job.owner, T.PROJECT: job.project})
 
     # -- act ------------------------------------------------------------------------------
     def apply(self, findings: list[Finding]) -> list[Finding]:

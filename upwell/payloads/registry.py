@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from azure.core.exceptions import ResourceNotFoundError
 from packaging.version import InvalidVersion, Version
 
 from upwell import REPO, names
@@ -99,7 +98,7 @@ class Registry:
         try:
             found = [b.name[len(name) + 1:-5] for b in self.storage.list(names.PAYLOADS, f"{name}/")
                      if b.name.endswith(".yaml") and "/" not in b.name[len(name) + 1:]]
-        except (NotFound, ResourceNotFoundError):  # no payloads container yet: nothing registered
+        except NotFound:  # no payloads container yet: nothing registered
             return []
         return sorted(found, key=_version_key)
 
@@ -108,7 +107,7 @@ class Registry:
             return []
         try:
             return sorted({b.name.split("/", 1)[0] for b in self.storage.list(names.PAYLOADS) if "/" in b.name})
-        except (NotFound, ResourceNotFoundError):  # no payloads container yet: nothing registered
+        except NotFound:  # no payloads container yet: nothing registered
             return []
 
     def names(self) -> list[str]:

@@ -36,7 +36,7 @@ def shard_cost(doc: dict, job: JobRow) -> float:
         + float(t.get("failed_node_seconds") or 0)
     try:
         spot = bool((doc.get("node") or {}).get("spot"))
-        share = cost.to_float(job.extra.get("node_share")) or 1.0
+        share = job.node_share or 1.0
         return float(cost.shard_usd(node_seconds, job.price_key or "local", spot, share) or 0.0)
     except ConfigError:  # unknown price key: no cost rather than a lost shard
         return 0.0

@@ -68,9 +68,7 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
     if not force and not ledger.claim_report(job_id):
         return Published(job_id, False)
     job, shards, results, events = gather(storage, ledger, job_id)
-    # The report is a pure function of what is stored (it also reads result documents and copes
-    # with any of them missing or malformed), so it takes the rows in their stored form.
-    files = build_report(job.to_entity(), [s.to_entity() for s in shards], results, events, fetch=storage.read)
+    files = build_report(job, shards, results, events, fetch=storage.read)
     written = []
     for rel, data in files.items():
         ext = "." + rel.rsplit(".", 1)[-1]

@@ -1,12 +1,13 @@
 """A job's report: ``reports/<job>/index.html``, ``summary.json`` and ``figures/<name>.png``.
 
 ``build_report`` is pure apart from calling ``fetch`` (through the payload's figures
-module): it takes the ledger rows, the result documents and the scale events, and
+module): it takes the ledger's typed rows (JobRow, ShardRow), the result documents
+and the scale events, and
 returns the files as bytes, keyed by their path under ``reports/<job>/``. The
 caller writes them. The HTML is self-contained (inline CSS, PNGs as ``data:``
 URIs, no scripts or fonts from elsewhere) so it opens offline and survives being
-mailed around. Inputs are read defensively: a report is built for zero results,
-all-failed jobs and half-written rows alike.
+mailed around. Result documents and scale events are read defensively: a report is
+built for zero results, all-failed jobs and half-written rows alike.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ from upwell.results.report import gantt, plots
 from upwell.results.report.model import ShardView, merge
 from upwell.results.report.render import render
 from upwell.results.report.summary import scale_points, summarize
+from upwell.rows import JobRow, ShardRow
 
 __all__ = ["build_report"]
 
@@ -33,14 +35,13 @@ log = logs.get("upwell.results.report")
 Fetch = Callable[[str], bytes]
 
 
-def build_report(job: dict, shards: list[dict], results: list[dict], scale_events: list[dict],
+def build_report(job: JobRow, shards: Iterable[ShardRow], results: list[dict], scale_events: list[dict],
                  fetch: Fetch, prices: cost.PriceTable | None = None) -> dict[str, bytes]:
     """Build the report files of one job; keys are paths relative to ``reports/<job>/``."""
-    job = job if isinstance(job, dict) else {}
     results = [r for r in results or () if isinstance(r, dict)]
     events = [e for e in scale_events or () if isinstance(e, dict)]
     table = prices or cost.load()
-    views = merge([s for s in shards or () if isinstance(s, dict)], results)
+    views = merge(shards, results)
     summary = summarize(job, views, results, events, table)
     figures = _Figures()
     points = scale_points(events, views)
@@ -87,11 +88,11 @@ def _time_frame(views: list[ShardView], points: list[dict]) -> tuple[datetime | 
     return t0, now, (now - t0).total_seconds()
 
 
-def _payload_sections(job: dict, views: list[ShardView], results: list[dict], fetch: Fetch) -> list[Section]:
+def _payload_sections(job: JobRow, views: list[ShardView], results: list[dict], fetch: Fetch) -> list[Section]:
     """Each payload's own sections, or a generic metrics plot when it has no figures module."""
     kinds: dict[str, list[dict]] = {}
     for r in results:
-        kinds.setdefault(str(r.get("payload") or job.get("payload") or "results"), []).append(r)
+        kinds.setdefault(str(r.get("payload") or job.payload or "results"), []).append(r)
     out: list[Section] = []
     for kind, docs in kinds.items():
         fn = sections_for(kind)

@@ -1,10 +1,11 @@
-"""One view per shard: the ledger's shard row and the shard's result document, merged.
+"""One view per shard: the ledger's shard row (a typed ShardRow) and the shard's result document, merged.
 
 The ledger and the result writers are separate; either side may be missing, late
-or partial, so every field is read defensively. Times become aware UTC datetimes.
-An optional attempt history (``history``: a list, or a JSON string, of
-``{node, started, finished, status}``) on the shard row or in the result's
-``timings`` lets the timeline draw earlier, preempted attempts.
+or partial, so the result document is read defensively (the row was coerced once,
+by ShardRow.from_entity). Times become aware UTC datetimes. An attempt history
+(``history``: a list, or a JSON string, of ``{node, started, finished, status}``)
+on the shard row or in the result's ``timings`` lets the timeline draw earlier,
+preempted attempts.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from upwell import names
 from upwell.cost import to_float, truthy
+from upwell.rows import ShardRow
 
 FAILED = frozenset({"failed", "poisoned", "poison", "error"})
 TERMINAL = FAILED | {"succeeded"}
@@ -186,55 +190,58 @@ def _history(raw: Any, default_node: str) -> list[Attempt]:
     return out
 
 
-def merge(shards: list[dict], results: list[dict]) -> list[ShardView]:
-    """One ShardView per shard id seen in the ledger rows or the result documents, in id order."""
-    rows = {str(r.get("RowKey") or r.get("shard_id")): r for r in shards
-            if isinstance(r, dict) and (r.get("RowKey") or r.get("shard_id")) and r.get("RowKey") != "job"}
+def merge(shards: Iterable[ShardRow], results: list[dict]) -> list[ShardView]:
+    """One ShardView per shard id seen in the ledger's shard rows or the result documents, in id order."""
+    rows = {r.shard_id: r for r in shards or () if r.shard_id and r.shard_id != names.JOB_ROW}
     docs = {str(d.get("shard_id")): d for d in results if isinstance(d, dict) and d.get("shard_id")}
-    return [view(sid, rows.get(sid, {}), docs.get(sid)) for sid in sorted(set(rows) | set(docs), key=natural)]
+    return [view(sid, rows.get(sid), docs.get(sid)) for sid in sorted(set(rows) | set(docs), key=natural)]
 
 
 def natural(text: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
-def view(shard_id: str, row: dict, doc: dict | None) -> ShardView:
+def view(shard_id: str, row: ShardRow | None, doc: dict | None) -> ShardView:
+    """A shard's row (None: the ledger has none) and its result document, merged. A zero the row type
+    gives a field that was never written (node-seconds, counters) leaves the result's figure standing."""
+    ledger = row if row is not None else ShardRow(shard_id=shard_id)
     doc = doc or {}
     timings = as_dict(doc.get("timings"))
     node = as_dict(doc.get("node"))
-    status = str(row.get("status") or "").lower()
+    status = ledger.status.value if row is not None else ""
     if doc and status not in TERMINAL:
         status = str(doc.get("status") or status).lower()
-    queued = parse_ts(row.get("queued_at")) or parse_ts(timings.get("queued"))
-    started = parse_ts(timings.get("started")) or parse_ts(row.get("started_at"))
-    finished = parse_ts(timings.get("finished")) or parse_ts(row.get("finished_at"))
+    queued = parse_ts(ledger.queued_at) or parse_ts(timings.get("queued"))
+    started = parse_ts(timings.get("started")) or parse_ts(ledger.started_at)
+    finished = parse_ts(timings.get("finished")) or parse_ts(ledger.finished_at)
     run_s = _seconds(timings.get("run_s"), started, finished)
-    first_started = parse_ts(row.get("first_started_at")) or started
-    last_s, last_from = _first_number((row.get("node_seconds"), "ledger"), (timings.get("node_seconds"), "result"),
+    first_started = parse_ts(ledger.first_started_at) or started
+    last_s, last_from = _first_number((ledger.node_seconds or None, "ledger"), (timings.get("node_seconds"), "result"),
                                       (run_s, "run time"))
-    preempted_s = _first_number((row.get("preempted_node_seconds"), ""), (timings.get("preempted_node_seconds"), ""))[0]
-    failed_s = _first_number((row.get("failed_node_seconds"), ""), (timings.get("failed_node_seconds"), ""))[0]
+    preempted_s = _first_number((ledger.preempted_node_seconds or None, ""),
+                                (timings.get("preempted_node_seconds"), ""))[0]
+    failed_s = _first_number((ledger.failed_node_seconds or None, ""), (timings.get("failed_node_seconds"), ""))[0]
     paid = None if last_s is None and not (preempted_s or failed_s) else (last_s or 0) + (preempted_s or 0) + (
         failed_s or 0)
-    node_id = str(row.get("node") or node.get("id") or "")
+    node_id = ledger.node or str(node.get("id") or "")
     return ShardView(
         shard_id=shard_id, status=status or "unknown", payload=str(doc.get("payload") or ""),
-        pool=str(row.get("pool") or doc.get("pool") or node.get("pool") or ""), node=node_id,
-        vm_size=str(node.get("vm_size") or ""), price_key=str(row.get("price_key") or ""),
-        spot=truthy(row["spot"] if "spot" in row else node.get("spot")),
-        attempts=max(_int(row.get("attempts")), _int(timings.get("attempt"))),
-        preemptions=max(_int(row.get("preemptions")), _int(timings.get("preemptions"))),
-        checkpoints=max(_int(row.get("checkpoints")), _int(timings.get("checkpoints"))),
+        pool=ledger.pool or str(doc.get("pool") or node.get("pool") or ""), node=node_id,
+        vm_size=str(node.get("vm_size") or ""), price_key=ledger.price_key,
+        spot=ledger.spot if row is not None else truthy(node.get("spot")),
+        attempts=max(ledger.attempts, _int(timings.get("attempt"))),
+        preemptions=max(ledger.preemptions, _int(timings.get("preemptions"))),
+        checkpoints=max(ledger.checkpoints, _int(timings.get("checkpoints"))),
         resumed_from=timings.get("resumed_from"), queued=queued, started=started, finished=finished,
         queue_wait_s=_seconds(timings.get("queue_wait_s"), queued, first_started), run_s=run_s,
         node_seconds=paid, node_seconds_from=last_from if last_s is not None else "",
         preempted_node_seconds=max(preempted_s or 0.0, 0.0), failed_node_seconds=max(failed_s or 0.0, 0.0),
         first_started=first_started,
-        params=as_dict(row.get("params")) or as_dict(doc.get("params")),
+        params=ledger.parameters() or as_dict(doc.get("params")),
         metrics=as_dict(doc.get("metrics")),
-        error=str(row.get("error") or doc.get("error") or ""),
-        stderr_tail=str(row.get("stderr_tail") or doc.get("stderr_tail") or ""),
-        poisoned=status in ("poisoned", "poison") or truthy(row.get("poisoned")),
+        error=ledger.error or str(doc.get("error") or ""),
+        stderr_tail=ledger.stderr_tail or str(doc.get("stderr_tail") or ""),
+        poisoned=status in ("poisoned", "poison") or ledger.poisoned,
         has_result=bool(doc), provenance=as_dict(doc.get("provenance")), timings=timings,
-        history=_history(row.get("history") or timings.get("history"), node_id),
+        history=_history(ledger.attempts_history() or timings.get("history"), node_id),
     )

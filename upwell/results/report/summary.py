@@ -16,6 +16,7 @@ import numpy as np
 
 from upwell import cost
 from upwell.results.report.model import ShardView, as_dict, is_number, is_scalar, iso, parse_ts
+from upwell.rows import JobRow
 
 SCHEMA = 1
 STATUS_LABELS = {"succeeded": "succeeded", "partially_failed": "partially failed", "failed": "failed",
@@ -28,13 +29,13 @@ PROVENANCE_FIELDS = ("code_version", "image_digest", "input_sha256", "manifest_h
 TOTAL_KEYS = ("total_steps", "steps", "epochs", "iterations", "n_steps")
 
 
-def summarize(job: dict, views: list[ShardView], results: list[dict], scale_events: list[dict],
+def summarize(job: JobRow, views: list[ShardView], results: list[dict], scale_events: list[dict],
               prices: cost.PriceTable) -> dict[str, Any]:
     counts = count(job, views, results)
     return {
         "schema": SCHEMA,
         "generated_at": iso(datetime.now(UTC)),
-        "job": job_info(job, views, results, counts),
+        "job": job_info(job, views, results),
         "counts": counts,
         "timings": timings(job, views),
         "cost": cost_summary(job, views, prices),
@@ -46,36 +47,25 @@ def summarize(job: dict, views: list[ShardView], results: list[dict], scale_even
     }
 
 
-def job_info(job: dict, views: list[ShardView], results: list[dict], counts: dict) -> dict:
-    job_id = job.get("PartitionKey") or job.get("job_id") or next(
+def job_info(job: JobRow, views: list[ShardView], results: list[dict]) -> dict:
+    job_id = job.job_id or next(
         (r.get("job_id") for r in results if isinstance(r, dict) and r.get("job_id")), None) or "unknown"
-    status = str(job.get("status") or derive_status(counts)).lower()
-    payload = job.get("payload") or next((v.payload for v in views if v.payload), "")
+    status = job.status.value
+    payload = job.payload or next((v.payload for v in views if v.payload), "")
     return {
-        "id": str(job_id), "name": str(job.get("name") or ""), "description": str(job.get("description") or ""),
+        "id": str(job_id), "name": job.name, "description": job.description,
         "status": status, "status_label": STATUS_LABELS.get(status, status.replace("_", " ")),
-        "payload": str(payload), "pool": str(job.get("pool") or ""), "message": str(job.get("message") or ""),
-        "created_at": iso(parse_ts(job.get("created_at"))), "finished_at": iso(parse_ts(job.get("finished_at"))),
-        "source_blob": str(job.get("source_blob") or ""), "spot": cost.truthy(job.get("spot")),
-        "price_key": str(job.get("price_key") or ""),
+        "payload": str(payload), "pool": job.pool, "message": job.message,
+        "created_at": iso(parse_ts(job.created_at)), "finished_at": iso(parse_ts(job.finished_at)),
+        "source_blob": job.source_blob, "spot": job.spot, "price_key": job.price_key,
     }
 
 
-def derive_status(counts: dict) -> str:
-    total, failed, ok = counts["shards_total"], counts["failed"], counts["succeeded"]
-    if total and failed >= total:
-        return "failed"
-    if total and failed + ok >= total:
-        return "partially_failed" if failed else "succeeded"
-    return "running" if total else "accepted"
-
-
-def count(job: dict, views: list[ShardView], results: list[dict]) -> dict:
+def count(job: JobRow, views: list[ShardView], results: list[dict]) -> dict:
     by = Counter("failed" if v.failed else v.status for v in views)
-    declared = cost.to_float(job.get("shards_total"))
     known = {"succeeded", "failed", "preempted", "running", "queued"}
     return {
-        "shards_total": max(int(declared or 0), len(views)),
+        "shards_total": max(job.shards_total, len(views)),
         "succeeded": by["succeeded"], "failed": by["failed"], "preempted": by["preempted"],
         "running": by["running"], "queued": by["queued"],
         "other": sum(n for s, n in by.items() if s not in known),
@@ -93,9 +83,9 @@ def stats(values: list[float | None]) -> dict:
             "max": float(xs.max()), "total": float(xs.sum())}
 
 
-def timings(job: dict, views: list[ShardView]) -> dict:
-    queued = [v.queued for v in views if v.queued] or [t for t in (parse_ts(job.get("created_at")),) if t]
-    finished = [v.finished for v in views if v.finished] or [t for t in (parse_ts(job.get("finished_at")),) if t]
+def timings(job: JobRow, views: list[ShardView]) -> dict:
+    queued = [v.queued for v in views if v.queued] or [t for t in (parse_ts(job.created_at),) if t]
+    finished = [v.finished for v in views if v.finished] or [t for t in (parse_ts(job.finished_at),) if t]
     first, last = (min(queued) if queued else None), (max(finished) if finished else None)
     makespan = (last - first).total_seconds() if first and last and last >= first else None
     return {
@@ -106,8 +96,8 @@ def timings(job: dict, views: list[ShardView]) -> dict:
     }
 
 
-def _share(job: dict) -> float:
-    return cost.to_float(job.get("node_share")) or 1.0
+def _share(job: JobRow) -> float:
+    return job.node_share or 1.0
 
 
 def _cost_rows(views: list[ShardView], share: float = 1.0) -> list[dict]:
@@ -118,23 +108,24 @@ def _cost_rows(views: list[ShardView], share: float = 1.0) -> list[dict]:
              "share": share} for v in views]
 
 
-def shard_cost(v: ShardView, job: dict, table: cost.PriceTable) -> float | None:
+def shard_cost(v: ShardView, job: JobRow, table: cost.PriceTable) -> float | None:
     """The shard's own figure (what `upwell cost` sums): paid node-seconds x price x node share."""
-    key = v.price_key or str(job.get("price_key") or cost.DEFAULT_KEY)
+    key = v.price_key or job.price_key or cost.DEFAULT_KEY
     return cost.shard_usd(v.node_seconds, key, v.spot, _share(job), prices=table) if v.node_seconds else 0.0
 
 
-def cost_summary(job: dict, views: list[ShardView], table: cost.PriceTable) -> dict:
-    key = str(job.get("price_key") or cost.DEFAULT_KEY)
-    spot = cost.truthy(job.get("spot"))
+def cost_summary(job: JobRow, views: list[ShardView], table: cost.PriceTable) -> dict:
+    """Estimate against actual. A zero estimate on the row is one that was never made."""
+    key = job.price_key or cost.DEFAULT_KEY
+    spot = job.spot
     lines = cost.breakdown(_cost_rows(views, _share(job)), key, prices=table, strict=False)
     seconds = sum(ln.node_seconds for ln in lines)
     actual = sum(ln.usd or 0.0 for ln in lines)
-    est_s = cost.to_float(job.get("estimate_node_seconds"))
-    est_usd, est_from = cost.to_float(job.get("estimate_usd")), "job"
+    est_s = job.estimate_node_seconds or None
+    est_usd, est_from = job.estimate_usd or None, "job"
     if est_usd is None and est_s is not None and key in table:
         est_usd, est_from = cost.estimate(est_s, key, spot, prices=table), "price table"
-    budget = cost.to_float(job.get("budget_usd"))
+    budget = job.budget_usd
     azure = table.azure_equivalent(key)
     return {
         "currency": table.currency, "prices_as_of": table.as_of, "prices_source": table.source,
@@ -145,9 +136,9 @@ def cost_summary(job: dict, views: list[ShardView], table: cost.PriceTable) -> d
         "node_seconds_from_run_time": sum(1 for v in views if v.node_seconds_from == "run time"),
         "earlier_attempts_node_seconds": sum(v.preempted_node_seconds + v.failed_node_seconds for v in views),
         "local_shards": sum(1 for v in views if v.vm_size == "local" and v.node_seconds),
-        "ledger_spent_usd": cost.to_float(job.get("spent_usd")),
-        "node_share": _share(job), "estimate_basis": str(job.get("estimate_basis") or ""),
-        "estimate_spot_fraction": cost.to_float(job.get("estimate_spot_fraction")),
+        "ledger_spent_usd": job.spent_usd,
+        "node_share": _share(job), "estimate_basis": job.estimate_basis,
+        "estimate_spot_fraction": job.estimate_spot_fraction,
         "estimate_error_pct": (100.0 * (actual - est_usd) / est_usd) if est_usd else None,
         "lines": [{"key": ln.key, "spot": ln.spot, "shards": ln.shards, "node_seconds": ln.node_seconds,
                    "usd_per_hour": ln.per_hour, "usd": ln.usd} for ln in lines],
@@ -299,12 +290,12 @@ def scaling(events: list[dict], views: list[ShardView] = ()) -> dict:
             "notable_omitted": max(len(notable) - MAX_EVENTS, 0)}
 
 
-def provenance(job: dict, views: list[ShardView]) -> dict:
+def provenance(job: JobRow, views: list[ShardView]) -> dict:
     values: dict[str, set[str]] = {f: set() for f in PROVENANCE_FIELDS}
     packages: dict[str, set[str]] = {}
-    for f in ("code_version", "manifest_hash", "input_sha256"):
-        if job.get(f):
-            values[f].add(str(job[f]))
+    for f, value in (("code_version", job.code_version), ("manifest_hash", job.manifest_hash)):
+        if value:
+            values[f].add(value)
     for v in views:
         prov = v.provenance
         for f in PROVENANCE_FIELDS:
@@ -315,7 +306,7 @@ def provenance(job: dict, views: list[ShardView]) -> dict:
     return {"values": {f: sorted(s) for f, s in values.items()},
             "packages": {n: sorted(s) for n, s in sorted(packages.items())},
             "params": params_overview(views),
-            "source": {"blob": str(job.get("source_blob") or ""), "etag": str(job.get("source_etag") or "")}}
+            "source": {"blob": job.source_blob, "etag": job.source_etag}}
 
 
 def params_overview(views: list[ShardView]) -> dict:
