@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from tests.pipeline_helpers import pipeline_env, running_host, wait_reported
 from upwell import names
 from upwell.cli import app
 from upwell.ingest.ingestor import job_id_for
+from upwell.payloads.registry import builtins
 from upwell.storage import Storage
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -209,3 +211,17 @@ def test_no_payloads_container_means_built_ins_only(azurite, tmp_path, monkeypat
                 break
             time.sleep(0.5)
         assert store.container(names.PAYLOADS).exists()
+
+
+def test_payload_list_without_storage_lists_built_ins_and_says_registered_unread(monkeypatch):
+    """With no emulator listening, `payload list` still lists the built-ins at once, names what it could
+    not read on stderr, and exits 1; it does not retry a refused connection for a minute."""
+    from upwell.local.azurite import connection_string, free_ports
+
+    monkeypatch.setenv(names.CONNECTION, connection_string(*free_ports(3)))
+    started = time.monotonic()
+    listed = CliRunner().invoke(app, ["payload", "list"])
+    assert time.monotonic() - started < 15
+    assert listed.exit_code == 1
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == sorted(builtins())
+    assert "registered definitions not read: nothing listens at 127.0.0.1:" in listed.stderr

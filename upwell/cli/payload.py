@@ -28,8 +28,8 @@ from typing import Any
 
 import typer
 
-from upwell import registry
-from upwell.errors import InputRejected
+from upwell import names, registry
+from upwell.errors import InputRejected, TransientError, UpwellError
 from upwell.messages import WorkItem
 
 payload_app = typer.Typer(no_args_is_help=True, help="Run and inspect the registered payloads.")
@@ -112,12 +112,47 @@ def push(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a d
 
 @payload_app.command("list")
 def list_payloads(local: bool = typer.Option(False, "--local", help="built-in definitions only (no storage)")) -> None:
-    """List built-in and registered definitions: name, version, where, launcher, pool, params."""
-    for loaded in _registry(local=local).list():
-        d = loaded.definition
-        fields = ", ".join(f"{k}={p.default!r}" if p.default is not None else k for k, p in d.params.items())
-        typer.echo(f"{d.name:16} {d.version:8} {'built-in' if loaded.builtin else 'registered':10} "
-                   f"{d.launcher.kind:8} pool={d.pool:4} {fields}")
+    """List built-in and registered definitions: name, version, where, launcher, pool, params.
+
+    Built-ins are listed even when storage cannot be read; the registered ones are then named as
+    unread on stderr and the exit code is 1."""
+    builtin = _registry(local=True)
+    for loaded in builtin.list():
+        _echo_definition(loaded)
+    if local:
+        return
+    try:
+        registered = _registry(local=False)
+        unreachable = _local_endpoint_down(registered.storage)
+        if unreachable:
+            raise TransientError(f"nothing listens at {unreachable}: start `upwell up`, or point "
+                                 f"{names.CONNECTION} at the storage account")
+        for loaded in registered.list():
+            if not loaded.builtin:
+                _echo_definition(loaded)
+    except UpwellError as exc:
+        typer.echo(f"registered definitions not read: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _echo_definition(loaded) -> None:
+    d = loaded.definition
+    fields = ", ".join(f"{k}={p.default!r}" if p.default is not None else k for k, p in d.params.items())
+    typer.echo(f"{d.name:16} {d.version:8} {'built-in' if loaded.builtin else 'registered':10} "
+               f"{d.launcher.kind:8} pool={d.pool:4} {fields}")
+
+
+def _local_endpoint_down(storage) -> str:
+    """The blob endpoint when it is on this machine and nothing listens there (the SDK would retry a
+    refused connection for a minute and more); else ''."""
+    from urllib.parse import urlsplit
+
+    from upwell.local.azurite import port_open
+
+    url = urlsplit(storage.blobs.url)
+    if url.hostname in ("127.0.0.1", "localhost") and url.port and not port_open(url.port, url.hostname):
+        return f"{url.hostname}:{url.port}"
+    return ""
 
 
 @payload_app.command("run")
