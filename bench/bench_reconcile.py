@@ -57,18 +57,25 @@ PER_SEGMENT = 1000  # records per old hourly segment
 
 def setup(store: Storage, first: int, n: int, threads: int) -> list[tuple[str, str, dt.datetime]]:
     """``n`` uploads with their job rows; (name, ETag, last modified) of each."""
+
     def one(i: int) -> tuple[str, str, dt.datetime]:
         for attempt in range(5):  # Azurite drops a connection now and then under this many writers
             try:
                 name = f"bench/{i // 1000:03d}/drop-{i:06d}.csv"
                 done = store.blob(names.INCOMING, name).upload_blob(b"t,v\n0,1\n", overwrite=True)
-                store.table(names.JOBS_TABLE).upsert_entity({"PartitionKey": job_id_for(name, done["etag"]),
-                                                             "RowKey": names.JOB_ROW, "status": "succeeded",
-                                                             "reported": True})
+                store.table(names.JOBS_TABLE).upsert_entity(
+                    {
+                        "PartitionKey": job_id_for(name, done["etag"]),
+                        "RowKey": names.JOB_ROW,
+                        "status": "succeeded",
+                        "reported": True,
+                    }
+                )
                 return name, done["etag"], done["last_modified"]
             except (AzureError, ConnectionError):
                 time.sleep(0.5 * (attempt + 1))
         raise RuntimeError(f"setup of blob {i} failed 5 times")
+
     with ThreadPoolExecutor(threads) as pool:
         return list(pool.map(one, range(first, first + n)))
 
@@ -113,7 +120,7 @@ def records(uploads: list[tuple[str, str, dt.datetime]]) -> list[dict]:
 
 def old_feed(feed: FeedWriter, uploads: list[tuple[str, str, dt.datetime]], now: dt.datetime) -> dt.datetime:
     """One BlobCreated record per upload, PER_SEGMENT to an hourly segment, ending three hours ago."""
-    batches = [uploads[i:i + PER_SEGMENT] for i in range(0, len(uploads), PER_SEGMENT)]
+    batches = [uploads[i : i + PER_SEGMENT] for i in range(0, len(uploads), PER_SEGMENT)]
     first = now - (len(batches) + 2) * HOUR
     for k, batch in enumerate(batches):
         feed.append(first + k * HOUR, records(batch), status="Finalized")
@@ -154,6 +161,7 @@ def measure(store: Storage, args) -> dict:
     out["list_s"], listed = median_of(args.repeat, lambda: sum(1 for _ in store.list(names.INCOMING)))
     assert listed == args.blobs + args.new
     for mode, settings in (("listing", listing), ("changefeed", changefeed)):
+
         def again(saved=saved):
             state.restore(saved)
 
@@ -166,14 +174,20 @@ def measure(store: Storage, args) -> dict:
         t_pass, whole = median_of(args.repeat, whole_pass, again)
         t_step, step = median_of(args.repeat, incoming_step, again)
         assert whole.actions == [] and step.checked == args.new, (mode, whole, step)
-        out[mode] = {"pass_s": t_pass, "incoming_s": t_step, "listed": step.listed, "events": step.events,
-                     "checked": step.checked}
+        out[mode] = {
+            "pass_s": t_pass,
+            "incoming_s": t_step,
+            "listed": step.listed,
+            "events": step.events,
+            "checked": step.checked,
+        }
     assert out["changefeed"]["listed"] == 0 and out["changefeed"]["events"] == args.new
     assert out["listing"]["listed"] == args.blobs + args.new
     Reconciler(store, changefeed).run(steps=("incoming",))  # the cursor past the new records
     after = state.save()
-    t_idle, idle = median_of(args.repeat, lambda: Reconciler(store, changefeed).run(steps=("incoming",)),
-                             lambda: state.restore(after))
+    t_idle, idle = median_of(
+        args.repeat, lambda: Reconciler(store, changefeed).run(steps=("incoming",)), lambda: state.restore(after)
+    )
     assert idle.events == 0 and idle.checked == 0
     out["changefeed"]["idle_incoming_s"] = t_idle
     return out
@@ -182,18 +196,24 @@ def measure(store: Storage, args) -> dict:
 def report(f: dict) -> None:
     n, b, bare = f["blobs"], f["list_s"], f["bare_list_s"]
     print(f"baseline: bare listing of {n} blobs: {bare:.2f} s")
-    for label, key in (("cold pass (no watermark, one job-row query)", "cold_s"),
-                       ("warm pass (watermark past every blob)", "warm_s"),
-                       ("naive per-blob ledger lookups", "naive_s"),
-                       (f"change feed catch-up, {f['catchup_events']} records", "catchup_s")):
+    for label, key in (
+        ("cold pass (no watermark, one job-row query)", "cold_s"),
+        ("warm pass (watermark past every blob)", "warm_s"),
+        ("naive per-blob ledger lookups", "naive_s"),
+        (f"change feed catch-up, {f['catchup_events']} records", "catchup_s"),
+    ):
         print(f"{label:<46} {f[key]:.2f} s  ratio {f[key] / bare:.2f}")
-    print(f"then {f['new']} new uploads; baseline: bare listing of {n + f['new']} blobs: {b:.2f} s "
-          f"(median of {f['repeat']})")
+    print(
+        f"then {f['new']} new uploads; baseline: bare listing of {n + f['new']} blobs: {b:.2f} s "
+        f"(median of {f['repeat']})"
+    )
     for mode in ("listing", "changefeed"):
         m = f[mode]
         print(f"{mode:>10} pass:           {m['pass_s']:.2f} s  ratio {m['pass_s'] / b:.3f}")
-        print(f"{mode:>10} incoming/ step: {m['incoming_s']:.2f} s  ratio {m['incoming_s'] / b:.3f}  "
-              f"({m['listed']} listed, {m['events']} feed records, {m['checked']} checked)")
+        print(
+            f"{mode:>10} incoming/ step: {m['incoming_s']:.2f} s  ratio {m['incoming_s'] / b:.3f}  "
+            f"({m['listed']} listed, {m['events']} feed records, {m['checked']} checked)"
+        )
     idle = f["changefeed"]["idle_incoming_s"]
     print(f"changefeed incoming/ step, nothing new: {idle:.2f} s  ratio {idle / b:.3f}")
 
