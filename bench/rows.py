@@ -72,8 +72,25 @@ def _latency(f: dict) -> list[dict]:
             _row("upload → shard started, cold pool (s)", f"{f['cold_s']:.2f} s", "", f["cold_s"], None)]
 
 
+def _reconcile(f: dict) -> list[dict]:
+    n, new, base = f["blobs"], f["new"], f["list_s"]
+    out = [_row(f"reconcile warm pass, listing, nothing new of {n:,} uploads ÷ bare listing", f"{f['warm_s']:.2f} s",
+                f"{f['bare_list_s']:.2f} s", f["warm_s"] / f["bare_list_s"], None)]
+    for mode in ("listing", "changefeed"):
+        m = f[mode]
+        seen = f"{m['events']:,} feed records" if mode == "changefeed" else f"{m['listed']:,} listed"
+        out += [_row(f"reconcile pass, {mode}, {new} new of {n + new:,} ÷ bare listing", f"{m['pass_s']:.2f} s",
+                     f"{base:.2f} s", m["pass_s"] / base, None),
+                _row(f"reconcile incoming/ step, {mode} ({seen}) ÷ bare listing", f"{m['incoming_s']:.2f} s",
+                     f"{base:.2f} s", m["incoming_s"] / base, ("<=", 0.1) if mode == "changefeed" else None)]
+    idle = f["changefeed"]["idle_incoming_s"]
+    out.append(_row("reconcile incoming/ step, changefeed, nothing new ÷ bare listing", f"{idle:.2f} s",
+                    f"{base:.2f} s", idle / base, None))
+    return out
+
+
 ROWS: dict[str, Callable[[dict], list[dict]]] = {"pipeline": _pipeline, "heat": _heat, "train": _train,
-                                                  "scaling": _scaling, "latency": _latency}
+                                                  "scaling": _scaling, "latency": _latency, "reconcile": _reconcile}
 
 
 def rows(name: str, figures: dict | None) -> list[dict]:

@@ -141,6 +141,12 @@ param functionBlobAlwaysReady int = 0
 param scaleSchedule string = '*/30 * * * * *'
 @description('NCRONTAB schedule of the reconciler timer (missed, dead-lettered and poisoned events).')
 param reconcileSchedule string = '0 */5 * * * *'
+@description('How the reconciler finds uploads that no event started: listing (list incoming/ past a last-modified watermark) or changefeed (enable the blob change feed and read only the changes since the last pass).')
+@allowed([
+  'listing'
+  'changefeed'
+])
+param reconcileSource string = 'listing'
 
 param maxUploadBytes int = 268435456
 param maxShards int = 10000
@@ -297,6 +303,7 @@ module storage 'modules/storage.bicep' = {
     queueNames: queueNames
     tableNames: tableNames
     privateOnly: enablePrivateNetwork
+    changeFeedEnabled: reconcileSource == 'changefeed'
     logAnalyticsId: monitoring.outputs.logAnalyticsId
   }
 }
@@ -553,6 +560,7 @@ var functionAppSettings = {
   // the arrival, not at the next tick. `upwell simulate` models the upwell policy with it on.
   UPWELL_SCALE_ON_INGEST: 'true'
   UPWELL_RECONCILE_SCHEDULE: reconcileSchedule
+  UPWELL_RECONCILE_SOURCE: reconcileSource
   UPWELL_MAX_UPLOAD_BYTES: string(maxUploadBytes)
   UPWELL_MAX_SHARDS: string(maxShards)
   UPWELL_MAX_MESSAGE_BYTES: string(maxMessageBytes)

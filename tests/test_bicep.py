@@ -309,3 +309,19 @@ def test_only_operators_write_payload_definitions(trees):
         props = res[name]["config"]["config"]["properties"]
         assert "payloadsReadOnly" in str(props["condition"]) and "2.0" in str(props["conditionVersion"]), name
     assert rbac["parameters"]["payloadsContainerName"]["default"] == names.PAYLOADS
+
+
+def test_the_change_feed_is_on_where_the_reconciler_reads_it(trees):
+    main = trees["bicep/main.bicep"]
+    source = main["parameters"]["reconcileSource"]
+    assert source["default"] == "listing"
+    assert {"type": "allowed", "argument": ["listing", "changefeed"]} in source["decorators"]
+    assert main["variables"]["functionAppSettings"]["value"]["UPWELL_RECONCILE_SOURCE"] == "reconcileSource"
+    enabled = main["modules"]["storage"]["config"]["params"]["changeFeedEnabled"]
+    assert enabled == {"operator": {"type": "equals", "operands": {"operand_1": "reconcileSource",
+                                                                    "operand_2": "changefeed"}}}
+    feed = trees["bicep/modules/storage.bicep"]["resources"]["blobService"]["config"]["properties"]["changeFeed"]
+    operands = feed["operator"]["operands"]
+    assert operands["condition"] == "changeFeedEnabled"
+    assert operands["true_value"] == {"enabled": True, "retentionInDays": "changeFeedRetentionDays"}
+    assert operands["false_value"] == {"enabled": False}

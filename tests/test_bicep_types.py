@@ -174,3 +174,11 @@ def test_cli_exit_status(tmp_path):
     proc = subprocess.run([str(python), str(ROOT / "bicep" / "tools" / "bicep_types.py"), str(bad)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 1 and "'adminUser' is not a property" in proc.stderr, proc.stderr
+
+
+def test_planted_misspelling_in_the_change_feed_conditional_fails(tmp_path, data):
+    # The blob service's changeFeed is a conditional object (on where UPWELL_RECONCILE_SOURCE=changefeed).
+    trees = _plant(tmp_path, "storage.bicep", "retentionInDays: changeFeedRetentionDays",
+                   "retentionDays: changeFeedRetentionDays")
+    found = [str(f) for f in bt.check_trees(trees, data).findings]
+    assert any("properties.changeFeed.retentionDays" in f and "ChangeFeed" in f for f in found), found

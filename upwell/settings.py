@@ -106,6 +106,10 @@ class Settings:
     reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
     reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
     reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
+    # UPWELL_RECONCILE_SOURCE: how a pass finds incoming/ uploads: "listing" (list incoming/, check only blobs
+    # past a last-modified watermark) or "changefeed" (read the blob change feed from a cursor; Azure only,
+    # where the Bicep enables the feed; an account without one is listed).
+    reconcile_source: str = "listing"
     # UPWELL_SCALE_ON_INGEST: ingest runs a scale pass once it enqueued work, so dispatch does not wait for
     # the timer's next tick. Where the scale timer runs in the same app (upwell up, the Function App).
     scale_on_ingest: bool = False
@@ -178,6 +182,7 @@ _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
 def _text(env: Mapping[str, str], var: str) -> str:
     return env[var]
 _TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("reconcile_schedule", "UPWELL_RECONCILE_SCHEDULE"),
+          ("reconcile_source", "UPWELL_RECONCILE_SOURCE"),
           ("code_version", "UPWELL_CODE_VERSION"),
           ("image_digest", "UPWELL_IMAGE_DIGEST"))
 
@@ -222,4 +227,14 @@ def env_bool(env: Mapping[str, str], var: str, default: bool = False) -> bool:
     raise ConfigError(f"{var} must be true or false, got {env.get(var)!r}")
 
 
-_PARSE = {"scale_on_ingest": env_bool}
+RECONCILE_SOURCES = ("listing", "changefeed")
+
+
+def _reconcile_source(env: Mapping[str, str], var: str) -> str:
+    value = env[var].strip().lower()
+    if value not in RECONCILE_SOURCES:
+        raise ConfigError(f"{var} must be one of {', '.join(RECONCILE_SOURCES)}, got {env[var]!r}")
+    return value
+
+
+_PARSE = {"scale_on_ingest": env_bool, "reconcile_source": _reconcile_source}

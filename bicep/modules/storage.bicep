@@ -35,6 +35,14 @@ param tableNames array
 @maxValue(365)
 param softDeleteDays int = 7
 
+@description('Record every blob change in the change feed ($blobchangefeed), so the reconciler (UPWELL_RECONCILE_SOURCE=changefeed) reads only the changes since its last pass instead of listing incoming/.')
+param changeFeedEnabled bool = false
+
+@description('Days the change feed keeps its records (with changeFeedEnabled).')
+@minValue(1)
+@maxValue(146000)
+param changeFeedRetentionDays int = 7
+
 @description('When true, the public endpoint is closed; clients come in through private endpoints.')
 param privateOnly bool = false
 
@@ -106,6 +114,12 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-08-01'
     containerDeleteRetentionPolicy: {
       enabled: true
       days: softDeleteDays
+    }
+    changeFeed: changeFeedEnabled ? {
+      enabled: true
+      retentionInDays: changeFeedRetentionDays
+    } : {
+      enabled: false
     }
   }
 }

@@ -25,7 +25,8 @@ def reconcile(dry_run: bool = typer.Option(False, "--dry-run", help="find and sh
         settings = dataclasses.replace(settings, reconcile_grace_s=grace_s)
     result = Reconciler(_storage(), settings, dry_run=dry_run).run()
     print_actions([a.__dict__ for a in result.actions], f"reconcile{' (dry run)' if dry_run else ''}: "
-                  f"{result.listed} listed, {result.checked} checked, {len(result.actions)} actions, "
+                  f"{result.listed} listed, {result.events} feed records, {result.checked} checked, "
+                  f"{len(result.actions)} actions, "
                   f"{result.seconds:.2f} s")
 
 

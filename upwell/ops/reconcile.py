@@ -17,13 +17,20 @@ Each is re-driven through ``Ingestor.ingest`` or ``collect``, which are idempote
 (a second delivery is a no-op). An input whose re-drive keeps failing is
 quarantined with ``RedriveExhausted`` after ``max_redrives`` tries; nothing is dropped.
 
-Cost is bounded: a watermark of ``incoming/`` last-modified times (kept in the
-``scaling`` table, partition ``_reconcile``) means only blobs newer than it are
-checked, against one query of the job rows changed since; results are listed
-for active jobs only; at most ``max_actions`` re-drives run per pass and the
-watermark stops before the first blob left for the next pass. (The blob change
-feed, where enabled on Azure, would also spare the listing; it is not used yet.)
-Every action is logged and written to the same partition, where ``upwell
+Cost is bounded. ``incoming/`` is found one of two ways (``UPWELL_RECONCILE_SOURCE``):
+
+* ``listing`` (the default, and the only one Azurite has): each pass lists
+  ``incoming/``, but a watermark of last-modified times (kept in the ``scaling``
+  table, partition ``_reconcile``) means only blobs newer than it are checked,
+  against one query of the job rows changed since: O(blobs) names listed, O(new) checked;
+* ``changefeed``: the account's blob change feed (``upwell.ops.changefeed``) is read
+  from a cursor (a segment and, per chunk, an Avro block offset) kept in the same
+  row, so a pass reads only the changes since the last one: O(new events). The first
+  pass, and a pass on an account without a feed, lists as above.
+
+Results are listed for active jobs only; at most ``max_actions`` re-drives run per
+pass, and the watermark or cursor stops before the first upload left for the next
+pass. Every action is logged and written to the same partition, where ``upwell
 status`` reads it. ``dry_run`` finds and logs, and changes nothing.
 """
 
@@ -42,6 +49,8 @@ from upwell import logs, names
 from upwell.errors import NotFound, RedriveExhausted
 from upwell.ingest.ingestor import Ingestor, is_manifest, is_manifest_input, job_id_for
 from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
+from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
+from upwell.ops.changefeed import CONTAINER as CHANGEFEED
 from upwell.results.collect import RESULT_NAME, collect
 from upwell.results.publish import reconcile as requeue_reports
 from upwell.settings import Settings
@@ -53,6 +62,7 @@ STATE_ROW = "state"
 ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)  # jobs whose shards may still be collected
 POISON_LEASE_S = 120
 REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
+STEPS = ("dead_letters", "poison", "incoming", "results", "reports")  # one pass, in this order
 
 
 @dataclass(frozen=True)
@@ -73,8 +83,10 @@ class Pass:
 
     listed: int = 0
     checked: int = 0
+    events: int = 0  # change feed records read (changefeed mode)
     actions: list[Action] = field(default_factory=list)
     watermark: float = 0.0
+    cursor: str = ""  # the change feed segment the next pass starts at (changefeed mode)
     seconds: float = 0.0
 
     def count(self, kind: str) -> int:
@@ -116,19 +128,21 @@ class Reconciler:
 
     # -- one pass ------------------------------------------------------------------------------
 
-    def run(self) -> Pass:
-        """One pass over every place a lost event leaves a trace. Raises only when storage is down."""
+    def run(self, steps: tuple[str, ...] = STEPS) -> Pass:
+        """One pass over every place a lost event leaves a trace (``steps``: a part of it, as the bench times
+        the incoming/ step alone). Raises only when storage is down."""
         started, state, result = time.monotonic(), self.state(), Pass()
         redrives = state.setdefault("redrives", {})
-        for step in (self._dead_letters, self._poison, self._incoming, self._results, self._reports):
+        for step in (getattr(self, f"_{name}") for name in steps):
             try:
                 step(result, state, redrives)
             except Exception as exc:  # noqa: BLE001 - one failing step never stops the others
                 log.warning("reconcile.step_failed", step=step.__name__.strip("_"), error=str(exc)[:300])
         self._save(state)
         result.watermark, result.seconds = state["watermark"], round(time.monotonic() - started, 3)
-        log.info("reconcile.pass", listed=result.listed, checked=result.checked, actions=len(result.actions),
-                 watermark=result.watermark, seconds=result.seconds, dry_run=self.dry_run)
+        log.info("reconcile.pass", listed=result.listed, checked=result.checked, events=result.events,
+                 actions=len(result.actions), watermark=result.watermark, cursor=result.cursor,
+                 seconds=result.seconds, dry_run=self.dry_run)
         return result
 
     def _spend(self) -> bool:
@@ -151,6 +165,12 @@ class Reconciler:
         return self.storage.table(names.JOBS_TABLE)
 
     def _incoming(self, result: Pass, state: dict, redrives: dict) -> None:
+        if self.settings.reconcile_source == "changefeed":
+            self._incoming_changefeed(result, state, redrives)
+        else:
+            self._incoming_listing(result, state, redrives)
+
+    def _incoming_listing(self, result: Pass, state: dict, redrives: dict) -> None:
         watermark, cutoff = float(state.get("watermark") or 0.0), self.clock() - self.settings.reconcile_grace_s
         candidates = []
         for blob in self.storage.list(names.INCOMING):
@@ -179,6 +199,68 @@ class Reconciler:
                 new_mark = min(new_mark, modified - 1e-3)  # not resolved: the next pass looks again
         if not self.dry_run:
             state["watermark"] = max(watermark, new_mark)
+
+    def _incoming_changefeed(self, result: Pass, state: dict, redrives: dict) -> None:
+        """incoming/ uploads found in the change feed from the cursor on. The first pass lists incoming/
+        (every upload before the feed is read) and starts the cursor an hour before its watermark; an
+        account without a feed (Azurite) is listed every pass, so nothing is missed."""
+        feed = ChangeFeed(self.storage.container(CHANGEFEED))
+        if not feed.enabled():
+            log.warning("reconcile.changefeed_missing", detail=f"no {CHANGEFEED} container: listing incoming/")
+            self._incoming_listing(result, state, redrives)
+            return
+        if not state.get("changefeed"):
+            self._incoming_listing(result, state, redrives)
+            if not self.dry_run:
+                state["changefeed"] = Cursor.starting(dt.datetime.fromtimestamp(state["watermark"], dt.UTC)).to_dict()
+            result.cursor = (state.get("changefeed") or {}).get("segment", "")
+            return
+        cursor = Cursor.from_dict(state["changefeed"])
+        until = feed.last_consumable()
+        for key in feed.segment_keys(cursor.segment, until) if until else []:
+            if not self._segment(result, redrives, feed, key, cursor):
+                break  # an upload is left for the next pass: later segments wait with it
+        result.cursor = cursor.segment
+        if not self.dry_run:
+            state["changefeed"] = cursor.to_dict()
+
+    def _segment(self, result: Pass, redrives: dict, feed: ChangeFeed, key: str, cursor: Cursor) -> bool:
+        """Check the uploads among one segment's new records; move ``cursor`` to this segment, each chunk
+        past every record resolved. False when one is left for the next pass."""
+        start = cursor.chunks if key == cursor.segment else {}
+        ends: dict[str, list[int]] = {}
+        candidates: list[Record] = []
+        for shard in feed.segment(key).shards:
+            for chunk, size in feed.chunks(shard):
+                records, ends[chunk] = feed.records(chunk, size, start.get(chunk))
+                result.events += len(records)
+                candidates += [r for r in records if _is_upload(r)]
+        since = min((r.time.timestamp() for r in candidates if r.time), default=0.0)
+        known = self._known_jobs(since) if candidates else {}
+        cutoff, resume = self.clock() - self.settings.reconcile_grace_s, dict(ends)
+        for record in candidates:
+            if not self._resolve(result, redrives, record, known, cutoff):
+                here = [*record.position, ends[record.chunk][2]]
+                resume[record.chunk] = min(resume[record.chunk], here)
+        cursor.segment, cursor.chunks = key, resume
+        return resume == ends
+
+    def _resolve(self, result: Pass, redrives: dict, record: Record, known: dict[str, str], cutoff: float) -> bool:
+        """True once the upload a BlobCreated record names has its job (or needs none)."""
+        if record.time and record.time.timestamp() > cutoff:
+            return False  # too young: its event may still be on its way
+        result.checked += 1
+        status = known.get(job_id_for(record.name, record.etag))
+        if status and status != "ingesting":
+            return True
+        try:
+            etag = str(self.storage.blob(names.INCOMING, record.name).get_blob_properties().etag)
+        except (ResourceNotFoundError, NotFound):
+            return True  # moved (a quarantined upload has its job row) or deleted since
+        if etag != record.etag:
+            return True  # overwritten since: the newer upload has its own record further on
+        kind = "stuck_ingest" if status == "ingesting" else "missed_upload"
+        return self._redrive_ingest(result, redrives, kind, record.name, etag)
 
     def _redrive_ingest(self, result: Pass, redrives: dict, kind: str, name: str, etag: str) -> bool:
         """Ingest ``incoming/<name>`` again; quarantine it once it has failed ``max_redrives`` times."""
@@ -313,6 +395,13 @@ class Reconciler:
                 continue
             if self._redrive_blob(result, redrives, "poison", *where) and not self.dry_run:
                 queue.delete_message(message.id, message.pop_receipt)
+
+
+def _is_upload(record: Record) -> bool:
+    """A BlobCreated record of an incoming/ blob that is a job of its own (not a manifest's data)."""
+    if record.event_type != BLOB_CREATED or record.container != names.INCOMING or not record.name:
+        return False
+    return is_manifest(record.name) or not is_manifest_input(record.name)
 
 
 def _text(content: str) -> str:
