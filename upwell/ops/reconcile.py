@@ -184,7 +184,9 @@ class Reconciler:
             candidates.append((modified, blob.name, etag if etag.startswith('"') else f'"{etag}"'))
         candidates.sort()
         known = self._known_jobs(watermark) if candidates else {}
-        new_mark = cutoff
+        # Listings give last-modified to the second: a blob written just after the cutoff can list at or
+        # below it, so the mark stays a second behind (those blobs are looked at again, and found known).
+        new_mark = cutoff - 1.0
         for modified, name, etag in candidates:
             if modified > cutoff:
                 new_mark = min(new_mark, modified)  # too young: an event may still be on its way
