@@ -32,7 +32,9 @@ import tempfile
 import threading
 import time
 import unicodedata
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,7 +205,6 @@ class Agent:
             self.log.exception("agent.handle_crashed", error=str(exc)[:300])
         with self._lock:
             self.processed += 1
-            self._running.pop(msg.id, None)
             self._state_locked()
 
     def handle(self, msg) -> str:
@@ -247,11 +248,21 @@ class Agent:
             return "duplicate"
         if cap and self._over_cap(item, cap, started=True):  # lost a race for the last slot
             return self._defer(hand, cap, started=True)
-        with self._lock:
-            self._running[msg.id] = f"{item.job_id}/{item.shard_id}"
-            self._state_locked()
         hand.item = item.with_attempt(attempt)
-        return self._run(hand)
+        with self._in_hand(msg.id, f"{item.job_id}/{item.shard_id}"):
+            return self._run(hand)
+
+    @contextmanager
+    def _in_hand(self, key: str, shard: str) -> Iterator[None]:
+        """The state file says running (with this shard among those in hand) while the attempt runs."""
+        with self._lock:
+            self._running[key] = shard
+            self._state_locked()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
 
     def _mark_started(self, hand: _Hand, attempt: int) -> bool:
         """Mark the shard running on the rows in hand (no re-read unless one moved on); False: it had ended."""
