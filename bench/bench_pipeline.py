@@ -4,7 +4,7 @@
    bare Azurite send + receive + delete round trips of the same number of messages;
 2. ingest MB/s (validate + shard + write shards) against a plain download of the same blob.
 
-Run: .venv/bin/python bench/bench_pipeline.py [--items 60] [--mb 16]
+Run: .venv/bin/python bench/bench_pipeline.py [--items 60] [--mb 16] [--slots 4] [--calls]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -53,6 +54,8 @@ class CallCounter:
 
     def __init__(self) -> None:
         self.calls: dict[str, int] = {}
+        self.detail: dict[str, int] = {}  # "<phase> <METHOD> <kind> <what>", for --calls
+        self.phase = ""
 
     def __enter__(self) -> CallCounter:
         from requests.adapters import HTTPAdapter
@@ -65,6 +68,8 @@ class CallCounter:
             kind = "queue" if "/messages" in path or "/work-" in path else (
                 "table" if "/jobs" in path or "/Tables" in path or "$batch" in path else "blob")
             counter.calls[kind] = counter.calls.get(kind, 0) + 1
+            key = f"{counter.phase} {request.method} {kind} {_what(request.url)}".strip()
+            counter.detail[key] = counter.detail.get(key, 0) + 1
             return counter._send(adapter, request, *args, **kwargs)
 
         HTTPAdapter.send = send
@@ -80,16 +85,39 @@ class CallCounter:
         return sum(self.calls.values())
 
 
-def pipeline(store: Storage, n: int, counter: CallCounter | None = None) -> float:
+def _what(url: str) -> str:
+    """The operation a storage URL names, coarsely: entity, query, batch, list, messages, message, blob."""
+    path, _, query = url.partition("?")
+    if "$batch" in path:
+        return "batch"
+    if "PartitionKey=" in path:
+        return "entity"
+    if "$filter" in query:
+        return "query"
+    if "comp=list" in query:
+        return "list"
+    if re.search(r"/messages/[^/]+$", path):
+        return "message"
+    if path.endswith("/messages"):
+        return "messages"
+    return "other"
+
+
+def pipeline(store: Storage, n: int, counter: CallCounter | None = None, slots: int = 1) -> float:
     grid = ", ".join(f"{3.0 + i / (10 * n):.6f}" for i in range(n))
     name = f"bench/{time.time_ns()}/job.yaml"
     store.blob(names.INCOMING, name).upload_blob(
         f"payload: logistic\nparams: {{steps: 50, burn_in: 10}}\ngrid: {{r: [{grid}]}}\n".encode())
     t = time.perf_counter()
-    with counter or CallCounter():
+    counter = counter or CallCounter()
+    with counter:
+        counter.phase = "ingest"
         out = Ingestor(store, Settings()).ingest(name)
-        agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=0.01, poll_s=0.01), Settings())
+        counter.phase = "agent"
+        agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=0.01, poll_s=0.01, slots=slots),
+                      Settings())
         agent.run()
+        counter.phase = "collect"
         for blob in list(store.list(names.RESULTS, f"{out.job_id}/")):
             if blob.name.count("/") == 1:
                 collect(store, blob.name)
@@ -125,6 +153,8 @@ def main() -> None:
     p.add_argument("--items", type=int, default=60)
     p.add_argument("--mb", type=int, default=16)
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--slots", type=int, default=1, help="work items the agent runs at once (a pool's tasks per node)")
+    p.add_argument("--calls", action="store_true", help="also print the storage calls per item by stage and kind")
     p.add_argument("--cold", action="store_true", help="start each payload as a fresh interpreter (no warm runner)")
     args = p.parse_args()
     # As upwell up runs the local pool: Python payloads forked from the warm runner (workers/forkserver.py).
@@ -134,20 +164,23 @@ def main() -> None:
         store.ensure()
         base = bare_queue(store, args.items)
         counter = CallCounter()
-        pipe = pipeline(store, args.items, counter)
+        pipe = pipeline(store, args.items, counter, slots=args.slots)
         ing, plain = ingest_bandwidth(store, args.mb)
     print(f"pipeline  {pipe:8.2f} items/s  vs bare Azurite send+receive+delete {base:8.2f} msg/s  "
           f"ratio {pipe / base:.3f}")
     kinds = ", ".join(f"{k} {v / args.items:.1f}" for k, v in sorted(counter.calls.items()))
     print(f"storage   {counter.total / args.items:.1f} calls per item ({kinds})")
+    if args.calls:
+        for key, v in sorted(counter.detail.items()):
+            print(f"          {v / args.items:5.2f}  {key}")
     print(f"ingest    {ing:8.2f} MB/s     vs plain blob read {plain:8.2f} MB/s  ratio {ing / plain:.3f}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
-            "pipeline": {"items": args.items, "warm_runner": not args.cold, "items_per_s": pipe,
+            "pipeline": {"items": args.items, "warm_runner": not args.cold, "slots": args.slots, "items_per_s": pipe,
                          "bare_msg_per_s": base, "ratio": pipe / base,
                          "storage_calls_per_item": counter.total / args.items,
-                         "storage_calls": counter.calls},
+                         "storage_calls": counter.calls, "storage_calls_by_stage": counter.detail},
             "ingest": {"mb": args.mb, "mb_per_s": ing, "plain_mb_per_s": plain, "ratio": ing / plain}}, indent=1))
 
 

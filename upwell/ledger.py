@@ -212,8 +212,13 @@ class Ledger:
         raise TransientError(f"{what}: too much contention", code="Contention")
 
     def shard_started(self, job_id: str, shard_id: str, *, node: str, pool: str, attempt: int,
-                      spot: bool = False) -> bool:
-        """Mark a shard running; False if it is already terminal (a duplicate delivery)."""
+                      spot: bool = False, row: ShardRow | None = None, job: JobRow | None = None) -> str:
+        """Mark a shard running; "" (falsy) if it is already terminal (a duplicate delivery), else the
+        shard row's new ETag ("?" when it is not known: after a conflict, the row was read again).
+
+        ``row``: the shard row as the caller just read it; its ETag is tried first, so the usual case
+        costs one conditional write and no read (a conflict falls back to read and retry). ``job``: the
+        job row as the caller holds it; a job it shows running already is not read again to be marked."""
         def change(row: ShardRow):
             if row.terminal:
                 return None
@@ -221,28 +226,56 @@ class Ledger:
                     "attempts": attempt, "started_at": now_iso(),
                     "first_started_at": row.first_started_at or now_iso(), "released_at": ""}
 
-        started = self._update_shard(job_id, shard_id, change) is not None
-        if started:
-            self._job_running(job_id)
-        return started
+        etag = self._update_seen(row, change) if row is not None and row.etag else None
+        if etag is None:  # no row given, or it moved on: read, change and write under ETag
+            etag = "?" if self._update_shard(job_id, shard_id, change) is not None else ""
+        if etag and (job is None or job.status != JobState.RUNNING):
+            self._job_running(job_id, job)
+        return etag
 
-    def _job_running(self, job_id: str) -> None:
+    def _update_seen(self, row: ShardRow, change: Callable[[ShardRow], dict[str, Any] | None]) -> str | None:
+        """One ETag-conditional write of change(row) against the row as the caller saw it: the new ETag,
+        "" when change declines, None when the row moved on since (read it again)."""
+        fields = change(row)
+        if fields is None:
+            return ""
+        with _funnel(f"update shard {row.job_id}/{row.shard_id}"):
+            try:
+                meta = self.table.update_entity({"PartitionKey": row.job_id, "RowKey": row.shard_id, **fields},
+                                                mode=UpdateMode.MERGE, etag=row.etag,
+                                                match_condition=MatchConditions.IfNotModified)
+            except (ResourceModifiedError, ResourceNotFoundError, HttpResponseError) as exc:
+                if isinstance(exc, ResourceNotFoundError) or _conflict(exc):
+                    return None
+                raise
+        return str((meta or {}).get("etag") or "?")
+
+    def _job_running(self, job_id: str, seen: JobRow | None = None) -> None:
+        """accepted -> running. ``seen``: the caller's copy of the job row, tried first under its ETag."""
         with _funnel(f"mark job {job_id} running"):
-            try:
-                entity = self.table.get_entity(job_id, names.JOB_ROW)
-            except ResourceNotFoundError:
-                return
-            if entity.get("status") != JobState.ACCEPTED:
-                return
-            try:
-                self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW,
-                                          "status": JobState.RUNNING.value, "started_at": now_iso()},
-                                         mode=UpdateMode.MERGE, etag=entity.metadata["etag"],
-                                         match_condition=MatchConditions.IfNotModified)
-            except (ResourceModifiedError, HttpResponseError) as exc:
-                if not _conflict(exc):
-                    raise
-                # someone else moved it on
+            for attempt in range(2):
+                if attempt == 0 and seen is not None and seen.etag:
+                    status, etag = seen.status, seen.etag
+                else:
+                    try:
+                        entity = self.table.get_entity(job_id, names.JOB_ROW)
+                    except ResourceNotFoundError:
+                        return
+                    status, etag = entity.get("status"), entity.metadata["etag"]
+                if status != JobState.ACCEPTED:
+                    return
+                try:
+                    self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW,
+                                              "status": JobState.RUNNING.value, "started_at": now_iso()},
+                                             mode=UpdateMode.MERGE, etag=etag,
+                                             match_condition=MatchConditions.IfNotModified)
+                    return
+                except (ResourceModifiedError, HttpResponseError) as exc:
+                    if not _conflict(exc):
+                        raise
+                    if attempt == 1 or seen is None:
+                        return  # someone else moved it on
+                    seen = None  # the caller's copy was stale: read it once
 
     def shard_preempted(self, job_id: str, shard_id: str, *, checkpoints: int, node_seconds: float) -> None:
         def change(row: ShardRow):
@@ -336,20 +369,25 @@ class Ledger:
         return len(rows)
 
     def finish_shard(self, job_id: str, shard_id: str, status: ShardState | str, fields: dict, *,
-                     cost_usd: float = 0.0) -> Completion:
-        """Make a shard terminal and count it on the job row, atomically."""
+                     cost_usd: float = 0.0, shard: ShardRow | None = None, job: JobRow | None = None) -> Completion:
+        """Make a shard terminal and count it on the job row, atomically.
+
+        ``shard``, ``job``: rows the caller already holds, with their ETags; the first transaction is tried
+        on them instead of reading both again (a stale one only fails its condition: then both are read)."""
         status = ShardState(status)
         if status not in TERMINAL_SHARD:
             raise ValueError(f"finish_shard: {status.value!r} is not a terminal shard state")
         with _funnel(f"finish shard {job_id}/{shard_id}"):
             for _ in range(_RETRIES):
                 try:
-                    shard = self.table.get_entity(job_id, shard_id)
-                    job = self.table.get_entity(job_id, names.JOB_ROW)
+                    shard_row = shard if shard is not None and shard.etag else \
+                        ShardRow.from_entity(self.table.get_entity(job_id, shard_id))
+                    job_row = job if job is not None and job.etag else \
+                        JobRow.from_entity(self.table.get_entity(job_id, names.JOB_ROW))
                 except ResourceNotFoundError:
                     return Completion(False, False, "")
-                done = self._try_finish(ShardRow.from_entity(shard), JobRow.from_entity(job), status, fields,
-                                        cost_usd)
+                shard = job = None  # held rows serve the first try only
+                done = self._try_finish(shard_row, job_row, status, fields, cost_usd)
                 if done is not None:
                     return done
                 time.sleep(0.01)

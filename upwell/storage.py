@@ -243,10 +243,16 @@ class Storage:
             raise storage_error(exc, f"receive from {queue}") from None
 
     def receive_many(self, queue: str, *, visibility_timeout: int, max_messages: int = 32) -> list[Any]:
-        """Up to ``max_messages`` messages, each leased for ``visibility_timeout`` s ([] when the queue is empty)."""
+        """Up to ``max_messages`` messages (at most 32, the service's limit) in one call, each leased for
+        ``visibility_timeout`` s from now; [] when the queue is empty."""
+        n = max(1, min(int(max_messages), 32))
         try:
-            return list(self.queue(queue).receive_messages(messages_per_page=max_messages, max_messages=max_messages,
-                                                           visibility_timeout=visibility_timeout))
+            if n == 1:  # the one-message call, as receive()
+                msg = self.queue(queue).receive_message(visibility_timeout=visibility_timeout)
+                return [msg] if msg is not None else []
+            pages = self.queue(queue).receive_messages(messages_per_page=n, max_messages=n,
+                                                       visibility_timeout=visibility_timeout)
+            return list(pages)
         except AzureError as exc:
             raise storage_error(exc, f"receive from {queue}") from None
 

@@ -1,13 +1,19 @@
 """The worker agent: the container entrypoint (`python -m workers.agent --pool cpu`).
 
-Loop: receive one work item with a visibility lease, stage its input and any
+Loop: receive work items with a visibility lease, stage each one's input and any
 checkpoint, run the payload (extending the lease while it runs), stage out the
 artifacts, conditionally create the result, then acknowledge. The agent keeps
-no state beyond the message in hand; the queue and the ledger hold the rest.
+no state beyond the messages in hand and short-lived copies of job rows
+(workers.jobrows); the queue and the ledger hold the rest.
 
-Signals: SIGTERM/SIGINT (spot eviction, scale-in of a busy node) preempt the
-running payload, which checkpoints; the message is made visible again at once
-and a preemption, not a failure, is recorded. SIGUSR1 drains: finish the item
+Slots: the agent runs up to ``slots`` work items at once (the pool's tasks per
+node, UPWELL_SLOTS; default 1), each in its own thread around its own payload
+process, with its own lease renewal. One receive asks for up to as many
+messages as there are free slots; each is leased for ``lease_s`` from then.
+
+Signals: SIGTERM/SIGINT (spot eviction, scale-in of a busy node) preempt every
+running payload, which checkpoints; each message is made visible again at once
+and a preemption, not a failure, is recorded. SIGUSR1 drains: finish the items
 in hand, then exit. The agent also exits after ``idle_exit_s`` without work.
 """
 
@@ -26,6 +32,9 @@ import tempfile
 import threading
 import time
 import unicodedata
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +42,7 @@ from typing import Any
 from upwell import logs, names
 from upwell.errors import DecodeError, UpwellError
 from upwell.lease import Lease
-from upwell.ledger import JobRow, Ledger, ShardRow
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
 from upwell.ops import wallclock
 from upwell.payloads.registry import Registry
@@ -43,6 +52,7 @@ from upwell.timeutil import now_iso, seconds_between
 from upwell.verdict import AttemptConfig, AttemptResult, Verdict, VerdictKind, decide_attempt, decide_delivery
 from workers import results
 from workers.cancel import CANCELLED, CancelWatch
+from workers.jobrows import JobRows
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,8 @@ class AgentConfig:
     scratch: str = ""
     max_items: int = 0  # 0: unlimited
     ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
+    slots: int = 1  # work items run at once (the pool's tasks per node); 1: one after another
+    job_row_ttl_s: float = 5.0  # a job row read this recently is reused (workers.jobrows); 0: read every delivery
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
@@ -74,14 +86,17 @@ class AgentConfig:
                   lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
                   retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
                   poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
-                  ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0))
+                  ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0),
+                  slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1),
+                  job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
 
 @dataclass
 class _Hand:
-    """The message in hand: its work item, lease, rows, bound log, and when the attempt started."""
+    """The message in hand: its work item, lease, rows, bound log, and when the attempt started.
+    ``etag``: the shard row's ETag once this agent marked it running (collect's first try uses it)."""
 
     item: WorkItem
     lease: Lease
@@ -89,6 +104,15 @@ class _Hand:
     job: JobRow
     log: Any
     started: str | None = None
+    etag: str = ""
+
+    def seen_row(self) -> dict[str, str] | None:
+        """The shard row as this agent last left it, for the result document: status and ETag."""
+        if self.etag:
+            return {"status": "running", "etag": self.etag}
+        if self.shard.etag:
+            return {"status": self.shard.status.value, "etag": self.shard.etag}
+        return None
 
 
 class Agent:
@@ -99,6 +123,7 @@ class Agent:
         self.config = config
         self.settings = settings or Settings.from_env()
         self.ledger = Ledger(storage)
+        self.jobs = JobRows(self.ledger.job, config.job_row_ttl_s)
         self.definitions = Registry(storage, self.settings.registry_allowlist)
         self.queue_name = names.work_queue(config.pool)
         self.poison_name = names.poison_queue(self.queue_name)
@@ -108,37 +133,79 @@ class Agent:
         self.drain = threading.Event()  # finish the item in hand, then exit
         self.log = logs.get("upwell.agent", pool=config.pool, node=config.node_id)
         self.processed = 0
+        self._lock = threading.Lock()  # processed, the running set and the state file
+        self._running: dict[str, str] = {}  # message id -> job/shard, for the state file
         if config.scratch:  # a node whose scratch folder is missing must not fail (and poison) every shard
             Path(config.scratch).mkdir(parents=True, exist_ok=True)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> int:
+        """Receive and run work items until stopped, drained, idle for ``idle_exit_s`` or at ``max_items``.
+        With one slot each item runs in this thread; with more, each in a slot thread of its own."""
+        slots = max(1, self.config.slots)
+        threads = ThreadPoolExecutor(slots, thread_name_prefix="upwell-slot") if slots > 1 else None
+        inflight: set[Future] = set()
         idle_since = time.monotonic()
         self._state("idle")
-        while not self.stop.is_set() and not self.drain.is_set():
-            try:
-                msg = self.storage.receive(self.queue_name, visibility_timeout=self.config.lease_s)
-            except UpwellError as exc:
-                self.log.warning("agent.receive_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
-                self.stop.wait(self.config.poll_s * 2)
-                continue
-            if msg is None:
-                if self.config.idle_exit_s and time.monotonic() - idle_since > self.config.idle_exit_s:
-                    self.log.info("agent.idle_exit", processed=self.processed)
+        try:
+            while not self.stop.is_set() and not self.drain.is_set():
+                inflight = {f for f in inflight if not f.done()}
+                want = self._wanted(slots, len(inflight))
+                msgs = self._receive(want) if want > 0 else []
+                if msgs:
+                    for msg in msgs:
+                        if threads is None:
+                            self._one(msg)
+                        else:
+                            inflight.add(threads.submit(self._one, msg))
+                    idle_since = time.monotonic()
+                elif inflight:  # busy slots and nothing more to take: wait for one (or poll again)
+                    wait(inflight, timeout=self.config.poll_s, return_when=FIRST_COMPLETED)
+                    idle_since = time.monotonic()
+                elif want <= 0:
+                    break  # max_items reached
+                elif msgs is not None and self._idle_out(idle_since):
                     break
-                self.stop.wait(self.config.poll_s)
-                continue
-            try:
-                self.handle(msg)
-            except Exception as exc:  # the message reappears after its lease; log and go on
-                self.log.exception("agent.handle_crashed", error=str(exc)[:300])
-            self.processed += 1
-            idle_since = time.monotonic()
-            self._state("idle")
-            if self.config.max_items and self.processed >= self.config.max_items:
-                break
+        finally:
+            if threads is not None:  # items in hand finish (drain) or checkpoint and go back (stop)
+                threads.shutdown(wait=True)
         self._state("stopped")
         return 0
+
+    def _idle_out(self, idle_since: float) -> bool:
+        """Nothing to do: True when the agent has been idle past idle_exit_s, else wait one poll."""
+        if self.config.idle_exit_s and time.monotonic() - idle_since > self.config.idle_exit_s:
+            self.log.info("agent.idle_exit", processed=self.processed)
+            return True
+        self.stop.wait(self.config.poll_s)
+        return False
+
+    def _receive(self, want: int) -> list | None:
+        """Up to ``want`` messages, each leased for lease_s; None after a failed receive (waited out)."""
+        try:
+            return self.storage.receive_many(self.queue_name, max_messages=want, visibility_timeout=self.config.lease_s)
+        except UpwellError as exc:
+            self.log.warning("agent.receive_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
+            self.stop.wait(self.config.poll_s * 2)
+            return None
+
+    def _wanted(self, slots: int, busy: int) -> int:
+        """How many messages to ask for: the free slots, and no more than max_items leaves."""
+        free = slots - busy
+        if self.config.max_items:
+            with self._lock:
+                free = min(free, self.config.max_items - self.processed - busy)
+        return free
+
+    def _one(self, msg) -> None:
+        """Handle one message in its slot; a crash is logged and the message reappears after its lease."""
+        try:
+            self.handle(msg)
+        except Exception as exc:
+            self.log.exception("agent.handle_crashed", error=str(exc)[:300])
+        with self._lock:
+            self.processed += 1
+            self._state_locked()
 
     def handle(self, msg) -> str:
         """Process one message; returns what happened (for tests and logs)."""
@@ -158,7 +225,7 @@ class Agent:
         exists = self.storage.exists(f"{names.RESULTS}/{item.result_blob}")
         if not exists:
             hand.shard = self.ledger.shard(item.job_id, item.shard_id) or hand.shard
-            hand.job = self.ledger.job(item.job_id) or hand.job
+            hand.job = self.jobs.get(item.job_id, shard=hand.shard) or hand.job
         verdict = decide_delivery(decoded=True, result_exists=exists, dequeue_count=msg.dequeue_count,
                                   shard=hand.shard, job=hand.job, config=self.attempts)
         if verdict.kind is VerdictKind.DONE:
@@ -176,15 +243,38 @@ class Agent:
         if cap and self._over_cap(item, cap, started=False):
             return self._defer(hand, cap, started=False)
         attempt = msg.dequeue_count
-        if not self.ledger.shard_started(item.job_id, item.shard_id, node=self.config.node_id, pool=self.config.pool,
-                                         attempt=attempt, spot=self.config.spot):
+        if not self._mark_started(hand, attempt):
             lease.delete()
             return "duplicate"
         if cap and self._over_cap(item, cap, started=True):  # lost a race for the last slot
             return self._defer(hand, cap, started=True)
-        self._state("running", shard=f"{item.job_id}/{item.shard_id}")
         hand.item = item.with_attempt(attempt)
-        return self._run(hand)
+        with self._in_hand(msg.id, f"{item.job_id}/{item.shard_id}"):
+            return self._run(hand)
+
+    @contextmanager
+    def _in_hand(self, key: str, shard: str) -> Iterator[None]:
+        """The state file says running (with this shard among those in hand) while the attempt runs."""
+        with self._lock:
+            self._running[key] = shard
+            self._state_locked()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+
+    def _mark_started(self, hand: _Hand, attempt: int) -> bool:
+        """Mark the shard running on the rows in hand (no re-read unless one moved on); False: it had ended."""
+        item = hand.item
+        etag = self.ledger.shard_started(item.job_id, item.shard_id, node=self.config.node_id, pool=self.config.pool,
+                                         attempt=attempt, spot=self.config.spot, row=hand.shard, job=hand.job)
+        if not etag:
+            return False
+        hand.etag = "" if etag == "?" else etag
+        if hand.job.status != JobState.RUNNING:  # the job has just been marked running: the copy is out of date
+            self.jobs.forget(item.job_id)
+        return True
 
     # -- the per-job concurrency cap ----------------------------------------------------
     def _cap(self, job: JobRow) -> int:
@@ -222,7 +312,7 @@ class Agent:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
-            watch = CancelWatch(self.ledger, item.job_id, self.stop)
+            watch = CancelWatch(self.ledger, item.job_id, self.stop, rows=self.jobs)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
                                  stop=watch, on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
                                  definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job.extra))
@@ -269,6 +359,8 @@ class Agent:
             doc = results.document(item, "succeeded", shard=hand.shard, job=hand.job, node=self._node(),
                                    started=hand.started, finished=finished, launch=result, input_path=input_path,
                                    artifacts=artifacts, settings=self.settings)
+            if not self._cap(hand.job):  # with a cap, shard_released below moves the row on
+                _note_row(doc, hand)
             results.write(self.storage, item, doc)
             if self._cap(hand.job):
                 self.ledger.shard_released(item.job_id, item.shard_id)  # its slot is free before collect
@@ -290,6 +382,8 @@ class Agent:
                                started=hand.started, finished=now_iso(), launch=launch, error=verdict.reason,
                                stderr_tail=stderr_tail or hand.shard.stderr_tail, settings=self.settings)
         doc["poisoned"] = poison
+        if not self._cap(hand.job):
+            _note_row(doc, hand)
         if poison:
             # Before the result: once the result exists, a redelivery only acks, so a crash between
             # the two would lose the poison copy. This order can at worst send it twice.
@@ -382,6 +476,18 @@ class Agent:
                 "spot": self.config.spot}
 
     def _state(self, state: str, **extra) -> None:
+        with self._lock:
+            self._write_state(state, **extra)
+
+    def _state_locked(self) -> None:
+        """running (with the shards in hand; ``shard`` is the first) or idle; the caller holds the lock."""
+        shards = sorted(self._running.values())
+        if shards:
+            self._write_state("running", shard=shards[0], shards=shards, slots=max(1, self.config.slots))
+        else:
+            self._write_state("idle")
+
+    def _write_state(self, state: str, **extra) -> None:
         if not self.config.state_file:
             return
         path = Path(self.config.state_file)
@@ -389,6 +495,14 @@ class Agent:
         tmp.write_text(json.dumps({"pid": os.getpid(), "state": state, "since": time.time(),
                                    "node": self.config.node_id, **extra}))
         os.replace(tmp, path)
+
+
+def _note_row(doc: dict, hand: _Hand) -> None:
+    """Record in the result the shard row as this agent left it, so collect can try its transaction on it
+    without reading the row (upwell.results.collect; a row that has moved on since only fails the ETag)."""
+    seen = hand.seen_row()
+    if seen:
+        doc["shard_row"] = seen
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from upwell import cost, logs, names
 from upwell.errors import ConfigError, NotFound
-from upwell.ledger import JobRow, Ledger, ShardState
+from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
 from upwell.storage import Storage
 
 RESULT_NAME = re.compile(r"^(?P<job>[^/]+)/(?P<shard>[^/]+)\.json$")
@@ -47,6 +47,19 @@ def request_report(storage: Storage, job_id: str) -> None:
     storage.send(names.REPORT_QUEUE, json.dumps({"job_id": job_id}))
 
 
+def _shard_seen(doc: dict, job_id: str, shard_id: str) -> ShardRow | None:
+    """The shard row as the agent left it before writing the result (its status and ETag, workers.results),
+    so finish_shard can try its transaction without reading the row; None when the result does not say."""
+    seen = doc.get("shard_row")
+    if not isinstance(seen, dict) or not isinstance(seen.get("etag"), str) or not seen["etag"]:
+        return None
+    try:
+        status = ShardState(seen.get("status"))
+    except ValueError:
+        return None
+    return ShardRow(job_id=job_id, shard_id=shard_id, status=status, etag=seen["etag"])
+
+
 def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:
     """Handle results/<name>. Artifacts (results/<job>/<shard>/<file>) are ignored."""
     m = RESULT_NAME.match(name)
@@ -71,7 +84,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     if (doc.get("node") or {}).get("id"):
         fields["node"] = doc["node"]["id"]
     fields["cost_usd"] = shard_cost(doc, job)
-    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=fields["cost_usd"])
+    done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=fields["cost_usd"], job=job,
+                               shard=_shard_seen(doc, job_id, shard_id))
     bound = log.bind(job_id=job_id, shard_id=shard_id)
     bound.info("collect.shard", status=status.value, counted=done.counted, job_done=done.job_done)
     if done.job_done:

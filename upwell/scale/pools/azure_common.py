@@ -14,7 +14,7 @@ from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import Busy, PoolSpec, WorkerPool
+from upwell.scale.pools.base import Busy, PoolSpec, WorkerPool, agent_slots
 
 _REQUIRED = object()
 ARM_SCOPE = "https://management.azure.com/.default"
@@ -81,6 +81,9 @@ def agent_command(spec: PoolSpec) -> list[str]:
 def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
     """The agent's environment on a node: pool, size, identity-based storage, and options.env."""
     env = {"UPWELL_POOL": spec.name, "UPWELL_VM_SIZE": spec.vm_size}
+    slots = agent_slots(spec)
+    if slots > 1:  # one agent per node runs this many shards at once (workers.agent)
+        env["UPWELL_SLOTS"] = str(slots)
     client_id = spec.options.get("identity_client_id")
     if client_id:
         env["AZURE_CLIENT_ID"] = str(client_id)

@@ -50,6 +50,14 @@ class PoolSpec:
     options: dict = field(default_factory=dict)  # backend-specific: image, identity, subnet ...
 
 
+def agent_slots(spec: PoolSpec) -> int:
+    """Shards one node's agent runs at once (UPWELL_SLOTS): the pool's tasks per node; 1 on an MPI pool,
+    whose shard has the whole node."""
+    if spec.options.get("mpi", spec.name == "mpi"):
+        return 1
+    return max(int(spec.tasks_per_node or 1), 1)
+
+
 @dataclass(frozen=True)
 class PoolStatus:
     """What a backend observes now. ``nodes`` maps a node id to its state."""

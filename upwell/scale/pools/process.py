@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from upwell import REPO
-from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
 
 REPO = REPO
 _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process
@@ -120,7 +120,8 @@ class LocalPool(WorkerPool):
         wid = f"{self.spec.name}-{index}"
         env = dict(self.env if self.env is not None else os.environ)
         env.update(UPWELL_NODE_ID=f"local-{wid}", UPWELL_STATE_FILE=str(self.dir / f"{wid}.json"),
-                   UPWELL_POOL=self.spec.name, UPWELL_VM_SIZE=self.spec.vm_size, PYTHONUNBUFFERED="1")
+                   UPWELL_POOL=self.spec.name, UPWELL_VM_SIZE=self.spec.vm_size, PYTHONUNBUFFERED="1",
+                   UPWELL_SLOTS=str(agent_slots(self.spec)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = open(self.log_dir / f"worker-{wid}.log", "ab")  # noqa: SIM115 - handed to the child
