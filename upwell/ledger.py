@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as row_fields
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -109,11 +110,17 @@ class Ledger:
             rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
             return [ShardRow.from_entity(r) for r in rows]
 
-    def jobs(self, *statuses: JobState | str, created_since: str | None = None, **equal: str) -> Iterator[JobRow]:
+    def jobs(self, *statuses: JobState | str, created_since: str | None = None, changed_since: datetime | None = None,
+             only: list[str] | None = None, **equal: str) -> Iterator[JobRow]:
         """The job rows in any of ``statuses`` (all without), created at or after ``created_since`` (ISO
-        text), whose fields named in ``equal`` (``payload=``, ``pool=``, ``owner=`` ...) hold those values."""
+        text), written at or after ``changed_since`` (the service's Timestamp), whose fields named in
+        ``equal`` (``payload=``, ``pool=``, ``owner=`` ...) hold those values. ``only``: read just these
+        fields (the rest keep their defaults)."""
         flt = "RowKey eq @job"
         params: dict[str, Any] = {"job": names.JOB_ROW}
+        if changed_since is not None:
+            flt += " and Timestamp ge @changed"
+            params["changed"] = changed_since
         known = {f.name for f in row_fields(JobRow)}
         for name, value in equal.items():
             if name not in known:
@@ -127,8 +134,9 @@ class Ledger:
             ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
             params.update({f"s{i}": str(s) for i, s in enumerate(statuses)})
+        select = ["PartitionKey", "RowKey", *only] if only else None
         with _funnel("list jobs"):
-            for row in self.table.query_entities(flt, parameters=params):
+            for row in self.table.query_entities(flt, parameters=params, select=select):
                 yield JobRow.from_entity(row)
 
     def active_shards(self, job_id: str) -> list[tuple[str, str]]:

@@ -236,7 +236,7 @@ class Agent:
             return self._give_up(hand, verdict)
         if hand.job.status == CANCELLED:  # upwell cancel: a leftover message of a cancelled job
             return self._cancelled(hand)
-        overdue = wallclock.job_overdue(hand.job.to_entity())  # the job's kill switch (upwell.ops.wallclock)
+        overdue = wallclock.job_overdue(hand.job)  # the job's kill switch (upwell.ops.wallclock)
         if overdue:
             return self._give_up(hand, Verdict(VerdictKind.DROP, reason=overdue))
         cap = self._cap(hand.job)
@@ -315,12 +315,12 @@ class Agent:
             watch = CancelWatch(self.ledger, item.job_id, self.stop, rows=self.jobs)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
                                  stop=watch, on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
-                                 definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job.extra))
+                                 definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job))
             self._keep_log(item, result)
             if watch.cancelled.is_set() and result.status != "succeeded":
                 return self._cancelled(hand, checkpoint=result.checkpoint_dir)
             if result.timed_out and result.status == "failed":  # past the shard's max wall-clock: not retried
-                return self._give_up(hand, Verdict(VerdictKind.DROP, reason=wallclock.shard_killed(hand.job.extra)),
+                return self._give_up(hand, Verdict(VerdictKind.DROP, reason=wallclock.shard_killed(hand.job)),
                                      stderr_tail=result.stderr_tail, launch=result)
             return self._settle(hand, result, input_path)
         except UpwellError as exc:  # staging, the launcher refusing the parameters, storage

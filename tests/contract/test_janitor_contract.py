@@ -130,7 +130,7 @@ def test_contract_janitor_dry_run_finds_each_leak_and_changes_nothing(cloud, cre
     assert changes(cloud) == []  # a dry run only reads
     arm_calls = [r for r in cloud.requests if "/subscriptions/" in r.path]
     assert arm_calls and all(r.headers.get("Authorization") == "Bearer fake-token" for r in arm_calls)
-    assert not ledger[0].job(jobs["overdue"]).extra.get("killed_at")
+    assert not ledger[0].job(jobs["overdue"]).killed_at
 
 
 def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, credential, client_kwargs, ledger):
@@ -158,9 +158,9 @@ def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, 
     assert not [c for c in done if any(u in c[1] for u in untouched)]
     assert by_name["their-disk"].result == "skipped: not tagged by upwell"
     assert by_name["leak-disk"].result == "deleted" and by_name["upwell-cpu"].result == "scaled to 0"
-    killed = ledger[0].job(jobs["overdue"]).extra
-    assert killed["killed_at"] and "max wall-clock of 600 s" in killed["killed_reason"]
-    assert not ledger[0].job(jobs["running"]).extra.get("killed_at")
+    killed = ledger[0].job(jobs["overdue"])
+    assert killed.killed_at and "max wall-clock of 600 s" in killed.killed_reason
+    assert not ledger[0].job(jobs["running"]).killed_at
 
     # Every finding and what became of it is recorded.
     store = ledger[1]
@@ -198,5 +198,5 @@ def test_janitor_without_azure_settings_checks_the_ledger_only(ledger):
     findings = J.run(store, apply=True, env={})
     mine = [f for f in findings if f.resource == "local-overdue"]
     assert [(f.kind, f.result) for f in mine] == [("overdue_job", "killed")]
-    assert led.job("local-overdue").extra["killed_at"]
+    assert led.job("local-overdue").killed_at
     assert names.JANITOR_TABLE in names.TABLES

@@ -239,9 +239,9 @@ class Janitor:
         if self.ledger is None:
             return
         for job in self.ledger.jobs("accepted", "running"):
-            if job.extra.get("killed_at"):  # the kill-switch fields are upwell.ops.wallclock's, kept as extras
+            if job.killed_at:
                 continue
-            why = wallclock.job_overdue(job.to_entity(), self.now)
+            why = wallclock.job_overdue(job, self.now)
             if why:
                 yield Finding("overdue_job", job.job_id, job.name or job.job_id, why,
                               True, tags={T.JOB: job.job_id, T.OWNER: job.owner, T.PROJECT: job.project})

@@ -48,7 +48,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from upwell import logs, names
 from upwell.errors import NotFound, RedriveExhausted
 from upwell.ingest.ingestor import Ingestor, is_manifest, is_manifest_input, job_id_for
-from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
+from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobState, Ledger
 from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
 from upwell.ops.changefeed import CONTAINER as CHANGEFEED
 from upwell.results.collect import RESULT_NAME, collect
@@ -156,13 +156,7 @@ class Reconciler:
     def _known_jobs(self, since: float) -> dict[str, str]:
         """job id -> status of the job rows changed since ``since`` (every job created later is among them)."""
         stamp = dt.datetime.fromtimestamp(max(since - 60, 0), dt.UTC)
-        rows = self.table_jobs().query_entities(
-            "RowKey eq @job and Timestamp ge @since", parameters={"job": names.JOB_ROW, "since": stamp},
-            select=["PartitionKey", "status"])
-        return {r["PartitionKey"]: r.get("status") or "" for r in rows}
-
-    def table_jobs(self):
-        return self.storage.table(names.JOBS_TABLE)
+        return {j.job_id: str(j.status) for j in self.ledger.jobs(changed_since=stamp, only=["status"])}
 
     def _incoming(self, result: Pass, state: dict, redrives: dict) -> None:
         if self.settings.reconcile_source == "changefeed":
@@ -338,10 +332,8 @@ class Reconciler:
             return
         now, last = self.clock(), float(state.get("last_pass") or 0.0)
         since = dt.datetime.fromtimestamp(max(last - REPORT_MARGIN_S, 0.0), dt.UTC)
-        rows = self.table_jobs().query_entities("RowKey eq @job and Timestamp ge @since",
-                                                parameters={"job": names.JOB_ROW, "since": since})
         stale = min(60.0, float(self.settings.reconcile_grace_s))
-        pending = [JobRow.from_entity(r) for r in rows if not r.get("reported")]
+        pending = [j for j in self.ledger.jobs(changed_since=since) if not j.reported]
         for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale, jobs=pending):
             self._act(result, Action("unreported_job", job_id, "requeued"))
         waiting = [j for j in pending if j.status in TERMINAL_JOB and j.status != JobState.REJECTED]

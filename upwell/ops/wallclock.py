@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from upwell import cost
+from upwell.rows import JobRow
 from upwell.timeutil import parse_iso
 
 
@@ -19,21 +19,21 @@ def tighter(*limits: float | None) -> float | None:
     return min(set_) if set_ else None
 
 
-def shard_timeout(job: dict) -> float | None:
-    return cost.to_float(job.get("max_shard_wall_clock_s")) or None
+def shard_timeout(job: JobRow) -> float | None:
+    return job.max_shard_wall_clock_s or None
 
 
-def job_overdue(job: dict, now: datetime | None = None) -> str:
+def job_overdue(job: JobRow, now: datetime | None = None) -> str:
     """Why the job may run no more ('' while it may): killed, or past its max wall-clock."""
-    if job.get("killed_at"):
-        return str(job.get("killed_reason") or "killed")
-    limit = cost.to_float(job.get("max_wall_clock_s"))
-    start = parse_iso(job.get("started_at") or job.get("accepted_at") or job.get("created_at"))
+    if job.killed_at:
+        return job.killed_reason or "killed"
+    limit = job.max_wall_clock_s
+    start = parse_iso(job.started_at or job.accepted_at or job.created_at)
     if not limit or start is None:
         return ""
     ran = ((now or datetime.now(UTC)) - start).total_seconds()
     return f"killed: the job ran {ran:.0f} s, past its max wall-clock of {limit:g} s" if ran > limit else ""
 
 
-def shard_killed(job: dict) -> str:
+def shard_killed(job: JobRow) -> str:
     return f"killed: the attempt ran past its max wall-clock of {shard_timeout(job):g} s"
