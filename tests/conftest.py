@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from upwell.local.azurite import Azurite, AzuriteError, start_on_free_ports
+from tests.pipeline_helpers import azurite_in
+from upwell.local.azurite import Azurite
 from upwell.names import CONNECTION
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,14 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
     """A running Azurite (blob, queue, table) with its data in a session temp folder; has ``.connection_string``."""
-    try:
-        emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite"))
-    except AzuriteError as exc:
-        pytest.fail(f"Azurite could not start: {exc}", pytrace=False)
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
+    yield from azurite_in(tmp_path_factory.mktemp("azurite"))
 
 
 @pytest.fixture

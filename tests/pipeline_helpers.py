@@ -9,6 +9,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from upwell import names
 from upwell.ledger import Ledger
 from upwell.settings import Settings
@@ -22,6 +24,42 @@ POOLS = {"cpu": {"backend": "local", "max_nodes": 2, "scale_down_votes": 1, "coo
                  "price_key": "Standard_D4s_v5"},
          "gpu": {"backend": "local", "max_nodes": 1, "scale_down_votes": 1, "cooldown_s": 1.0,
                  "price_key": "Standard_NC6s_v3"}}
+
+
+def azurite_in(folder: Path):
+    """Start Azurite on free ports in ``folder`` and yield it, stopped afterwards; a start that fails
+    fails the test with the reason (a missing service never skips)."""
+    from upwell.local.azurite import AzuriteError, start_on_free_ports
+
+    try:
+        emulator = start_on_free_ports(folder)
+    except AzuriteError as exc:
+        pytest.fail(f"Azurite could not start: {exc}", pytrace=False)
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+def module_azurite(label: str, *, name: str = "azurite"):
+    """A module-scoped fixture ``name``: the module's own Azurite, for tests that list whole containers or
+    read the whole ledger, where other tests' blobs and jobs on the session's Azurite would be in the way."""
+
+    @pytest.fixture(scope="module", name=name)
+    def fixture(tmp_path_factory):
+        yield from azurite_in(tmp_path_factory.mktemp(f"azurite-{label}"))
+
+    return fixture
+
+
+def ingest_manifest(store: Storage, path: str, manifest: str) -> str:
+    """Upload a manifest to incoming/ and ingest it in this process; returns the accepted job's id."""
+    from upwell.ingest.ingestor import Ingestor
+
+    store.blob(names.INCOMING, path).upload_blob(manifest.encode(), overwrite=True)
+    out = Ingestor(store, Settings()).ingest(path)
+    assert out.status == "accepted", out
+    return out.job_id
 
 
 def pipeline_env(monkeypatch, connection: str, state_dir: Path, **extra: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import POOLS, REPO, pipeline_env, running_host, wait_for
+from tests.pipeline_helpers import POOLS, REPO, module_azurite, pipeline_env, running_host, wait_for
 from upwell import names
 from upwell.ingest.ingestor import job_id_for
 from upwell.ops import dashboard
@@ -38,17 +38,8 @@ grid: {r: [2.9, 3.5, 3.9]}
 BAD = b"name: not runnable\npayload: no-such-payload\n"
 
 
-@pytest.fixture(scope="module")
-def azurite(tmp_path_factory):
-    """This module's own Azurite: the page then lists this test's jobs, not the hundreds that other
-    tests left on the session's Azurite (each poll would read them all)."""
-    from upwell.local.azurite import start_on_free_ports
-
-    emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-dashboard"))
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
+# The page then lists this test's jobs, not the hundreds other tests left on the session's Azurite.
+azurite = module_azurite("dashboard")
 
 
 def _pools(cpu_max: int) -> str:

@@ -184,3 +184,15 @@ def test_lazy_and_type_checking_imports_make_no_cycle(tree):
 def test_relative_imports_resolve():
     got = imports_of("from . import base\nfrom ...errors import X", "upwell.scale.pools.stub")
     assert {i.target for i in got} >= {"upwell.scale.pools.base", "upwell.errors", "upwell.errors.X"}
+
+
+def test_the_repository_tracks_no_links_and_no_local_environment():
+    """Local environments (.venv, node_modules) are built by make, never tracked; a tracked link to one
+    would replace the real folder on checkout (git treats ignored folders as expendable)."""
+    import subprocess
+
+    out = subprocess.run(["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    links = [line.split("\t", 1)[1] for line in out.splitlines() if line.startswith("120000 ")]
+    assert not links, f"tracked symbolic links: {links}"
+    tracked = {line.split("\t", 1)[1].split("/", 1)[0] for line in out.splitlines()}
+    assert not tracked & {".venv", ".venv-iac", "node_modules", ".upwell"}, tracked & {".venv", "node_modules"}

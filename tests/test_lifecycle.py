@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from typer.testing import CliRunner
 
-from tests.pipeline_helpers import wait_for
+from tests.pipeline_helpers import ingest_manifest, wait_for
 from upwell import logs, names
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
@@ -37,11 +37,7 @@ def store(storage_env) -> Storage:
     return s
 
 
-def _ingest(store: Storage, path: str, manifest: str) -> str:
-    store.blob(names.INCOMING, path).upload_blob(manifest.encode(), overwrite=True)
-    out = Ingestor(store, Settings()).ingest(path)
-    assert out.status == "accepted", out
-    return out.job_id
+_ingest = ingest_manifest
 
 
 def _agent(store: Storage, tmp_path, **kw) -> Agent:

@@ -11,7 +11,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tests.pipeline_helpers import pipeline_env, running_host, wait_reported
+from tests.pipeline_helpers import module_azurite, pipeline_env, running_host, wait_reported
 from upwell import cost, names
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ops import estimate as est
@@ -91,17 +91,8 @@ def test_parse_since():
 
 # -- through the pipeline ------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def azurite(tmp_path_factory):
-    """This module's own Azurite: the learned estimate must start from an empty ledger, not from the
-    logistic jobs that other tests ran on the session's Azurite."""
-    from upwell.local.azurite import start_on_free_ports
-
-    emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-cost"))
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
+# The learned estimate must start from an empty ledger, not from other tests' logistic jobs.
+azurite = module_azurite("cost")
 
 
 @pytest.fixture

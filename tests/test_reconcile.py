@@ -18,24 +18,16 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.faults.harness import sweep
+from tests.pipeline_helpers import module_azurite
 from upwell import names
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import JobRow, JobState, Ledger
-from upwell.local.azurite import AzuriteError, start_on_free_ports
 from upwell.ops.reconcile import Reconciler, recent_actions
 from upwell.settings import Settings
 from upwell.storage import Storage
 
-
-@pytest.fixture(scope="module")
-def own_azurite(tmp_path_factory):
-    """Its own Azurite: a pass lists whole containers, so no other test's blobs may be in them."""
-    try:
-        emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-reconcile"))
-    except AzuriteError as exc:
-        pytest.fail(f"Azurite could not start: {exc}", pytrace=False)
-    yield emulator
-    emulator.stop()
+# A pass lists whole containers, so no other test's blobs may be in them.
+own_azurite = module_azurite("reconcile", name="own_azurite")
 
 
 @pytest.fixture

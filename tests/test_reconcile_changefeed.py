@@ -18,11 +18,11 @@ import pytest
 
 from tests.changefeed_writer import FeedWriter, event, hour
 from tests.faults.harness import sweep
+from tests.pipeline_helpers import module_azurite
 from upwell import names
 from upwell.errors import ConfigError
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
-from upwell.local.azurite import AzuriteError, start_on_free_ports
 from upwell.ops.changefeed import CONTAINER, ChangeFeed, Cursor, segment_key
 from upwell.ops.reconcile import Reconciler
 from upwell.settings import Settings
@@ -31,15 +31,8 @@ from upwell.storage import Storage
 HOUR = dt.timedelta(hours=1)
 
 
-@pytest.fixture(scope="module")
-def own_azurite(tmp_path_factory):
-    """Its own Azurite: a pass may list incoming/ and reads the whole feed, so no other test's blobs may be there."""
-    try:
-        emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-changefeed"))
-    except AzuriteError as exc:
-        pytest.fail(f"Azurite could not start: {exc}", pytrace=False)
-    yield emulator
-    emulator.stop()
+# A pass may list incoming/ and reads the whole feed, so no other test's blobs may be there.
+own_azurite = module_azurite("changefeed", name="own_azurite")
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.pipeline_helpers import pipeline_env
+from tests.pipeline_helpers import module_azurite, pipeline_env
 from upwell import names
 from upwell.local.devhost.app import load_functions
 from upwell.scale.pools.process import LocalPool
@@ -18,17 +18,8 @@ pytestmark = pytest.mark.integration
 JOB = b"payload: logistic\nparams: {steps: 20, burn_in: 5}\ngrid: {r: [3.1]}\n"
 
 
-@pytest.fixture(scope="module")
-def azurite(tmp_path_factory):
-    """This module's own Azurite: the backlog must be this test's alone, not shards that other tests
-    left running on the session's Azurite."""
-    from upwell.local.azurite import start_on_free_ports
-
-    emulator = start_on_free_ports(tmp_path_factory.mktemp("azurite-nudge"))
-    try:
-        yield emulator
-    finally:
-        emulator.stop()
+# The nudge's scale pass counts every job on its pool: only this module's jobs may be there.
+azurite = module_azurite("nudge")
 
 
 def _ingest(store: Storage, name: str) -> None:
