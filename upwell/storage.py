@@ -247,12 +247,8 @@ class Storage:
         ``visibility_timeout`` s from now; [] when the queue is empty."""
         n = max(1, min(int(max_messages), 32))
         try:
-            if n == 1:  # the one-message call, as receive()
-                msg = self.queue(queue).receive_message(visibility_timeout=visibility_timeout)
-                return [msg] if msg is not None else []
-            pages = self.queue(queue).receive_messages(messages_per_page=n, max_messages=n,
-                                                       visibility_timeout=visibility_timeout)
-            return list(pages)
+            return list(self.queue(queue).receive_messages(messages_per_page=n, max_messages=n,
+                                                           visibility_timeout=visibility_timeout))
         except AzureError as exc:
             raise storage_error(exc, f"receive from {queue}") from None
 

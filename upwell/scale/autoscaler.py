@@ -16,15 +16,12 @@ from dataclasses import asdict
 from azure.core import MatchConditions
 from azure.core.exceptions import (
     AzureError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceModifiedError,
     ResourceNotFoundError,
 )
 from azure.data.tables import UpdateMode
 
 from upwell import logs, names
-from upwell.errors import BudgetExceeded, ConfigError, PoolError
+from upwell.errors import BudgetExceeded, ConfigError, Conflict, PoolError
 from upwell.ledger import Ledger
 from upwell.rows import ACTIVE_JOB, JobRow, JobState, ShardRow
 from upwell.scale import policy as scaling
@@ -196,14 +193,11 @@ class Autoscaler:
                 self.table.update_entity(entity, mode=UpdateMode.REPLACE, etag=etag,
                                          match_condition=MatchConditions.IfNotModified)
             return True
-        except (ResourceExistsError, ResourceModifiedError):
-            return False
-        except HttpResponseError as exc:
-            if exc.status_code == 412:  # the condition failed under another name
-                return False
-            raise storage_error(exc, f"save the scaling state of {pool}") from None
         except AzureError as exc:
-            raise storage_error(exc, f"save the scaling state of {pool}") from None
+            error = storage_error(exc, f"save the scaling state of {pool}")
+            if isinstance(error, Conflict):  # 409 on create, 412 on update: another run won
+                return False
+            raise error from None
 
     def _upsert(self, entity: dict, what: str) -> None:
         try:
