@@ -73,6 +73,7 @@ class AgentConfig:
     ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
     slots: int = 1  # work items run at once (the pool's tasks per node); 1: one after another
     job_row_ttl_s: float = 5.0  # a job row read this recently is reused (workers.jobrows); 0: read every delivery
+    shared_machine: bool = False  # local nodes share this machine's CPUs: time spent waiting for one is not node time
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
@@ -88,7 +89,8 @@ class AgentConfig:
                   poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0),
                   slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1),
-                  job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0))
+                  job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0),
+                  shared_machine=env_bool(env, "UPWELL_SHARED_MACHINE"))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)
 
@@ -105,6 +107,7 @@ class _Hand:
     log: Any
     started: str | None = None
     etag: str = ""
+    staging_wait_s: float = 0.0  # this slot's thread waited for a CPU while it staged in (a shared machine's cost)
 
     def seen_row(self) -> dict[str, str] | None:
         """The shard row as this agent last left it, for the result document: status and ETag."""
@@ -306,11 +309,13 @@ class Agent:
 
         item = hand.item
         hand.started = now_iso()
+        waited_before = _thread_cpu_wait()
         root = Path(tempfile.mkdtemp(prefix=f"upwell-{_safe_name(item.shard_id)[:40]}-",
                                      dir=self.config.scratch or None))
         try:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root)
+            hand.staging_wait_s = _thread_cpu_wait() - waited_before
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             watch = CancelWatch(self.ledger, item.job_id, self.stop, rows=self.jobs)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,
@@ -340,7 +345,8 @@ class Agent:
         """Act on how the attempt ended, as decide_attempt rules: preempted, succeeded, retry or poison."""
         item, log = hand.item, hand.log
         finished = now_iso()
-        node_seconds = seconds_between(hand.started, finished) or result.run_s
+        waited = self._cpu_wait(hand, result)
+        node_seconds = max(0.0, (seconds_between(hand.started, finished) or result.run_s) - waited)
         verdict = decide_attempt(AttemptResult(status=result.status, exit_code=result.exit_code,
                                                permanent=bool(getattr(result, "permanent", False)),
                                                stopped=self.stop.is_set()),
@@ -358,6 +364,7 @@ class Agent:
             artifacts = self._stage_out(item, result.artifacts, result.checkpoint_dir.parent / "out")
             doc = results.document(item, "succeeded", shard=hand.shard, job=hand.job, node=self._node(),
                                    started=hand.started, finished=finished, launch=result, input_path=input_path,
+                                   cpu_wait_s=waited,
                                    artifacts=artifacts, settings=self.settings)
             if not self._cap(hand.job):  # with a cap, shard_released below moves the row on
                 _note_row(doc, hand)
@@ -380,6 +387,7 @@ class Agent:
         item, poison = hand.item, verdict.kind is VerdictKind.POISON
         doc = results.document(item, "failed", shard=hand.shard, job=hand.job, node=self._node(),
                                started=hand.started, finished=now_iso(), launch=launch, error=verdict.reason,
+                               cpu_wait_s=self._cpu_wait(hand, launch),
                                stderr_tail=stderr_tail or hand.shard.stderr_tail, settings=self.settings)
         doc["poisoned"] = poison
         if not self._cap(hand.job):
@@ -394,6 +402,15 @@ class Agent:
         hand.lease.delete()
         hand.log.error("agent.poisoned" if poison else "agent.dropped", error=verdict.reason)
         return "poisoned" if poison else "dropped"
+
+    def _cpu_wait(self, hand: _Hand, launch) -> float:
+        """On a machine that local nodes share (UPWELL_SHARED_MACHINE, set by upwell up): the time this attempt
+        waited for a CPU, its payload's (launch.CpuWait) and its staging's. A node of its own would not have
+        spent it, so it is not node time: a local shard costs what its work costs, whatever ran beside it.
+        Elsewhere a node's cores are its own: 0."""
+        if not self.config.shared_machine:
+            return 0.0
+        return round(hand.staging_wait_s + float(getattr(launch, "cpu_wait_s", 0.0) or 0.0), 3)
 
     # -- staging ------------------------------------------------------------------------
     def _stage_in(self, item: WorkItem, root: Path) -> Path | None:
@@ -506,6 +523,15 @@ def _note_row(doc: dict, hand: _Hand) -> None:
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
+
+
+def _thread_cpu_wait() -> float:
+    """Seconds this thread has waited for a CPU while ready to run (its run-queue delay); 0 without /proc."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb") as handle:
+            return int(handle.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _safe_name(name: str, limit: int = 200) -> str:

@@ -61,6 +61,7 @@ class LaunchResult:
     timed_out: bool = False
     permanent: bool = False
     definition: dict[str, Any] = field(default_factory=dict)  # name, version, sha256, image digest (provenance)
+    cpu_wait_s: float = 0.0  # how long the payload waited for a CPU it was ready to use (CpuWait)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -132,7 +133,7 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
     streams.join()
     status = _status(proc.returncode, workdir, outcome)
     return _result(workdir, status, proc.returncode, before, streams.tail(), time.monotonic() - started,
-                   timed_out=outcome.timed_out)
+                   timed_out=outcome.timed_out, cpu_wait_s=outcome.cpu_wait_s)
 
 
 def validate_params(spec: registry.PayloadSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -297,6 +298,37 @@ class _Outcome:
     stopped: bool = False  # a stop request was forwarded
     timed_out: bool = False
     signals: list[str] = field(default_factory=list)
+    cpu_wait_s: float = 0.0
+
+
+class CpuWait:
+    """How long a payload waited for a CPU while it was ready to run: the run-queue delay Linux keeps for
+    every task (``/proc/<pid>/schedstat``, second field, in ns), read for the payload's process and, once a
+    second, for its descendants (MPI ranks); the figure is the most any one of them waited, since the
+    slowest rank sets the pace. Local pools run every node on one machine, so this is time a node of its
+    own would not have spent (the agent takes it off a local shard's node time). Zero without /proc."""
+
+    TREE_S = 1.0
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.waited: dict[int, int] = {}  # pid -> ns, the last reading
+        self._tree: list[int] = []
+        self._tree_at = 0.0
+
+    def sample(self, now: float) -> None:
+        if now - self._tree_at >= self.TREE_S:
+            self._tree, self._tree_at = _descendants(self.pid), now
+        for pid in (self.pid, *self._tree):
+            try:
+                with open(f"/proc/{pid}/schedstat", "rb") as handle:
+                    self.waited[pid] = max(self.waited.get(pid, 0), int(handle.read().split()[1]))
+            except (OSError, IndexError, ValueError):
+                continue
+
+    @property
+    def seconds(self) -> float:
+        return max(self.waited.values(), default=0) / 1e9
 
 
 def _supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick: Callable[[], None] | None,
@@ -305,8 +337,10 @@ def _supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick:
     outcome = _Outcome()
     start = next_tick = time.monotonic()
     ladder: list[tuple[float, signal.Signals]] = []
+    waits = CpuWait(proc.pid)
     while proc.poll() is None:
         now = time.monotonic()
+        waits.sample(now)
         if now >= next_tick:
             _tick(on_tick)
             next_tick = now + tick_s
@@ -322,6 +356,7 @@ def _supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick:
         except subprocess.TimeoutExpired:
             pass
     _signal_group(proc, signal.SIGKILL, None)  # stragglers left in the group
+    outcome.cpu_wait_s = round(waits.seconds, 3)
     return outcome
 
 
@@ -396,7 +431,7 @@ def _status(code: int | None, workdir: Path, outcome: _Outcome) -> str:
 
 
 def _result(workdir: Path, status: str, code: int | None, before: dict | None, tail: str, run_s: float,
-            *, timed_out: bool = False) -> LaunchResult:
+            *, timed_out: bool = False, cpu_wait_s: float = 0.0) -> LaunchResult:
     after = read_progress(workdir / "ckpt")
     written = int((after or {}).get("count", 0)) - int((before or {}).get("count", 0))
     out = workdir / "out"
@@ -407,7 +442,7 @@ def _result(workdir: Path, status: str, code: int | None, before: dict | None, t
                         artifacts=artifacts, checkpoint_dir=workdir / "ckpt", checkpoints=max(0, written),
                         resumed_from=before.get("marker") if before else None, stderr_tail=tail,
                         run_s=round(run_s, 3), log_path=log_path if log_path.exists() else None,
-                        timed_out=timed_out, permanent=code == EXIT_BAD_INPUT)
+                        timed_out=timed_out, permanent=code == EXIT_BAD_INPUT, cpu_wait_s=cpu_wait_s)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

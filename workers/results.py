@@ -22,7 +22,10 @@ SCHEMA = 1
 
 def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node: dict, started: str | None,
              finished: str, settings: Settings, launch=None, input_path: Path | None = None,
-             artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "") -> dict:
+             artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "",
+             cpu_wait_s: float = 0.0) -> dict:
+    """The shard's result document. ``cpu_wait_s``: time the attempt waited for a CPU on a machine that local
+    nodes share; it is not node time (workers.agent.Agent._cpu_wait)."""
     queued = shard.queued_at or None
     definition = dict(getattr(launch, "definition", None) or {}) or _definition_of(job)
     metrics = dict(getattr(launch, "metrics", None) or {})
@@ -42,7 +45,8 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "started": started,
             "finished": finished,
             "run_s": getattr(launch, "run_s", None),
-            "node_seconds": seconds_between(started, finished) if started else 0.0,
+            "node_seconds": max(0.0, (seconds_between(started, finished) or 0.0) - cpu_wait_s) if started else 0.0,
+            "cpu_wait_s": cpu_wait_s,
             "queue_wait_s": seconds_between(queued, shard.first_started_at or started),
             "checkpoints": shard.checkpoints + int(getattr(launch, "checkpoints", 0) or 0),
             "preemptions": shard.preemptions,

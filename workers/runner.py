@@ -169,7 +169,8 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
         if failed:
             status, tail = "failed", failed
     return _result(loaded, workdir, status, proc.returncode, tail, started, resumed, checkpoints=kept,
-                   timed_out=outcome.timed_out, permanent=proc.returncode in d.exit_codes.bad_input)
+                   timed_out=outcome.timed_out, permanent=proc.returncode in d.exit_codes.bad_input,
+                   cpu_wait_s=outcome.cpu_wait_s)
 
 
 def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_path: Path | None) -> None:
@@ -206,7 +207,7 @@ def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, s
 
 def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: str, started: float,
             resumed: bool, *, checkpoints: int = 0, timed_out: bool = False,
-            permanent: bool = False) -> launch.LaunchResult:
+            permanent: bool = False, cpu_wait_s: float = 0.0) -> launch.LaunchResult:
     out = workdir / "out"
     artifacts = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "metrics.json")
     log_path = workdir / "payload.log"
@@ -215,7 +216,7 @@ def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: 
         artifacts=artifacts, checkpoint_dir=workdir / "ckpt", checkpoints=checkpoints,
         resumed_from="checkpoint" if resumed else None, stderr_tail=tail, run_s=round(time.monotonic() - started, 3),
         log_path=log_path if log_path.exists() else None, timed_out=timed_out,
-        permanent=permanent and status == "failed", definition=provenance(loaded))
+        permanent=permanent and status == "failed", definition=provenance(loaded), cpu_wait_s=cpu_wait_s)
 
 
 def provenance(loaded: Loaded) -> dict[str, Any]:

@@ -59,6 +59,7 @@ class ShardView:
     node_seconds_from: str = ""  # where the last attempt's figure came from: "ledger" | "result" | "run time" | ""
     preempted_node_seconds: float = 0.0
     failed_node_seconds: float = 0.0
+    cpu_wait_s: float = 0.0  # time waited for a CPU other local workers held: not in node_seconds
     first_started: datetime | None = None
     params: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)  # the whole metrics document
@@ -236,7 +237,7 @@ def view(shard_id: str, row: ShardRow | None, doc: dict | None) -> ShardView:
         queue_wait_s=_seconds(timings.get("queue_wait_s"), queued, first_started), run_s=run_s,
         node_seconds=paid, node_seconds_from=last_from if last_s is not None else "",
         preempted_node_seconds=max(preempted_s or 0.0, 0.0), failed_node_seconds=max(failed_s or 0.0, 0.0),
-        first_started=first_started,
+        cpu_wait_s=max(to_float(timings.get("cpu_wait_s")) or 0.0, 0.0), first_started=first_started,
         params=ledger.parameters() or as_dict(doc.get("params")),
         metrics=as_dict(doc.get("metrics")),
         error=ledger.error or str(doc.get("error") or ""),

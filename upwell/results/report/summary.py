@@ -136,6 +136,7 @@ def cost_summary(job: JobRow, views: list[ShardView], table: cost.PriceTable) ->
         "node_seconds_from_run_time": sum(1 for v in views if v.node_seconds_from == "run time"),
         "earlier_attempts_node_seconds": sum(v.preempted_node_seconds + v.failed_node_seconds for v in views),
         "local_shards": sum(1 for v in views if v.vm_size == "local" and v.node_seconds),
+        "cpu_wait_s": sum(v.cpu_wait_s for v in views),
         "ledger_spent_usd": job.spent_usd,
         "node_share": _share(job), "estimate_basis": job.estimate_basis,
         "estimate_spot_fraction": job.estimate_spot_fraction,

@@ -1,0 +1,88 @@
+"""Local nodes share one machine: the time a payload waits for a CPU is not node time.
+
+The contention is real and made certain: the test pins itself, the payload and two busy processes to one
+CPU, so the payload gets about a third of it, and Linux's run-queue delay for it is most of its wall time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import pytest
+
+from upwell.ledger import JobRow, ShardRow
+from upwell.messages import WorkItem
+from upwell.settings import Settings
+from workers import results
+from workers.agent import AgentConfig, _thread_cpu_wait
+from workers.launch import CpuWait, run_payload
+
+HOG = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
+
+
+@contextmanager
+def one_cpu_with_hogs(hogs: int):
+    """This process and its children on one CPU, with ``hogs`` busy loops beside them."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(5)
+        os.sched_setaffinity(0, before)
+
+
+def busy_item() -> WorkItem:
+    return WorkItem(job_id="job", shard_id="s1", payload="logistic", pool="cpu", attempt=1,
+                    params={"steps": 1_000_000, "burn_in": 1_000_000})
+
+
+def test_a_payload_sharing_its_cpu_with_two_busy_processes_waits_most_of_its_run(tmp_path):
+    with one_cpu_with_hogs(2):
+        result = run_payload(busy_item(), tmp_path / "shared")
+    assert result.status == "succeeded"
+    # A third of one CPU: it waits about two thirds of its run; allow for sampling and start-up.
+    assert 0.4 * result.run_s < result.cpu_wait_s < result.run_s, (result.cpu_wait_s, result.run_s)
+
+
+def test_cpu_wait_reads_the_run_queue_delay_of_the_process_and_its_descendants():
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {HOG.replace('60', '1.5')!r}])"
+    with one_cpu_with_hogs(1):
+        parent = subprocess.Popen([sys.executable, "-c", code])  # waits; its child (a "rank") is the busy one
+        waits = CpuWait(parent.pid)
+        import time
+
+        while parent.poll() is None:
+            waits.sample(time.monotonic())
+            time.sleep(0.1)
+    assert len(waits.waited) >= 2, "the child was never read"
+    assert waits.seconds > 0.4, waits.waited  # the busy child shared its CPU with one hog for 1.5 s
+
+
+def test_the_result_document_takes_the_cpu_wait_off_node_time():
+    item = busy_item()
+    doc = results.document(item, "succeeded", shard=ShardRow(job_id="job", shard_id="s1"), job=JobRow(job_id="job"),
+                           node={}, started="2026-12-01T00:00:00.000000Z", finished="2026-12-01T00:00:04.000000Z",
+                           settings=Settings.from_env(), cpu_wait_s=1.5)
+    assert doc["timings"]["node_seconds"] == pytest.approx(2.5) and doc["timings"]["cpu_wait_s"] == 1.5
+    plain = results.document(item, "succeeded", shard=ShardRow(job_id="job", shard_id="s1"), job=JobRow(job_id="job"),
+                             node={}, started="2026-12-01T00:00:00.000000Z", finished="2026-12-01T00:00:04.000000Z",
+                             settings=Settings.from_env())
+    assert plain["timings"]["node_seconds"] == pytest.approx(4.0)
+
+
+def test_only_a_shared_machine_takes_cpu_wait_off(monkeypatch):
+    monkeypatch.delenv("UPWELL_SHARED_MACHINE", raising=False)
+    assert AgentConfig.from_env("cpu").shared_machine is False
+    monkeypatch.setenv("UPWELL_SHARED_MACHINE", "1")
+    assert AgentConfig.from_env("cpu").shared_machine is True
+    from upwell.local.stack import LocalStack
+
+    assert LocalStack(env={}).env["UPWELL_SHARED_MACHINE"] == "1"
+    assert _thread_cpu_wait() >= 0.0
