@@ -141,11 +141,11 @@ class Settings:
         if env.get("UPWELL_REGISTRY_ALLOWLIST"):
             kw["registry_allowlist"] = tuple(s.strip() for s in env["UPWELL_REGISTRY_ALLOWLIST"].split(",")
                                              if s.strip())
-        kw.update(_cost_settings(env))
+        kw.update(cost_settings(env))
         return cls(**kw)
 
 
-def _cost_settings(env: Mapping[str, str]) -> dict[str, Any]:
+def cost_settings(env: Mapping[str, str]) -> dict[str, Any]:
     """UPWELL_PROJECT, UPWELL_BUDGETS and UPWELL_BUDGET_WINDOW_DAYS, where set."""
     kw: dict[str, Any] = {}
     if env.get("UPWELL_PROJECT"):

@@ -200,3 +200,28 @@ def test_janitor_without_azure_settings_checks_the_ledger_only(ledger):
     assert [(f.kind, f.result) for f in mine] == [("overdue_job", "killed")]
     assert led.job("local-overdue").killed_at
     assert names.JANITOR_TABLE in names.TABLES
+
+
+def test_janitor_kills_the_running_jobs_of_an_owner_or_project_past_its_budget(ledger):
+    led, store = ledger
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+    def job(job_id: str, status: str, owner: str, project: str, spent: float) -> None:
+        led.create_job(JobRow.from_entity({"job_id": job_id, "status": status, "created_at": now, "accepted_at": now,
+                                           "owner": owner, "project": project, "spent_usd": spent}))
+
+    job("b-lead-done", "succeeded", "b-lead", "b-ocean", 0.30)  # spent, finished: counts, is not killed
+    job("b-lead-run", "running", "b-lead", "b-ice", 0.05)
+    job("b-other-run", "running", "b-other", "b-ocean", 0.01)  # its project, b-ocean, is past its budget too
+    job("b-fine-run", "running", "b-fine", "b-land", 0.01)
+    budgets = json.dumps({"owner": {"b-lead": 0.25, "b-fine": 5}, "project": {"b-ocean": 0.2}})
+    findings = J.run(store, apply=True, env={"UPWELL_BUDGETS": budgets})
+    mine = {f.resource: f for f in findings if f.kind == "over_budget"}
+    assert set(mine) == {"b-lead-run", "b-other-run"}, mine
+    assert "owner 'b-lead' has spent $0.3500 of a $0.2500 budget" in mine["b-lead-run"].reason
+    assert "project 'b-ocean' has spent $0.3100 of a $0.2000 budget" in mine["b-other-run"].reason
+    assert {f.result for f in mine.values()} == {"killed"}
+    assert led.job("b-lead-run").killed_reason == mine["b-lead-run"].reason
+    assert not led.job("b-fine-run").killed_at and not led.job("b-lead-done").killed_at
+    # A dry run (and a deployment without budgets) finds and changes nothing more.
+    assert not [f for f in J.run(store, env={}) if f.kind == "over_budget"]

@@ -9,7 +9,10 @@ What it finds, in one resource group and one Batch account:
 - ``orphan_batch_job``: Batch jobs still active after their upwell job finished (they hold the
   account's job quota);
 - ``expired``: anything whose ``upwell-expires`` date has passed;
-- ``overdue_job``: upwell jobs past their max wall-clock (the kill switch).
+- ``overdue_job``: upwell jobs past their max wall-clock (the kill switch);
+- ``over_budget``: upwell jobs still running whose owner or project has spent past its budget for
+  the window (``UPWELL_BUDGETS``; ingest refuses a job whose estimate would pass it, and this
+  stops the ones that passed it while they ran).
 
 A scan only reads. ``apply`` acts as the policy says for each kind (delete, deallocate,
 scale_to_zero, terminate, kill or report) and only on resources carrying upwell's tags,
@@ -40,7 +43,7 @@ log = logs.get("upwell.ops.janitor")
 ACTIONS = ("delete", "deallocate", "scale_to_zero", "terminate", "kill", "report")
 DEFAULT_ACTIONS = {"unattached_disk": "delete", "unattached_nic": "delete", "unattached_ip": "delete",
                    "stopped_vm": "deallocate", "idle_scale_set": "scale_to_zero", "idle_batch_pool": "scale_to_zero",
-                   "orphan_batch_job": "terminate", "expired": "delete", "overdue_job": "kill"}
+                   "orphan_batch_job": "terminate", "expired": "delete", "overdue_job": "kill", "over_budget": "kill"}
 # API versions for deleting an expired resource by id; other types ask the provider for one.
 DELETE_API = {"microsoft.compute/disks": "2024-03-02", "microsoft.compute/snapshots": "2024-03-02",
               "microsoft.compute/virtualmachines": "2024-07-01",
@@ -108,7 +111,8 @@ class Janitor:
     def __init__(self, policy: Policy | None = None, *, subscription_id: str = "", resource_group: str = "",
                  batch_url: str = "", credential: Any = None, client_kwargs: dict | None = None,
                  ledger: Any = None, pool_active: Callable[[str, float], bool] | None = None,
-                 now: datetime | None = None):
+                 now: datetime | None = None, budgets: Mapping[str, Mapping[str, float]] | None = None,
+                 budget_window_days: float = 30.0):
         self.policy = policy or Policy()
         self.sub, self.rg, self.batch_url = subscription_id, resource_group, batch_url
         self._credential = credential
@@ -116,6 +120,7 @@ class Janitor:
         self.ledger = ledger
         self.pool_active = pool_active or (lambda pool, minutes: True)  # unknown activity: never idle
         self.now = now or datetime.now(UTC)
+        self.budgets, self.budget_window_days = dict(budgets or {}), float(budget_window_days)
         self._clients: dict[str, Any] = {}
 
     # -- clients ----------------------------------------------------------------------
@@ -152,7 +157,7 @@ class Janitor:
     def scan(self) -> list[Finding]:
         """Every finding, each with the action the policy plans for it. A scanner that fails is
         logged and skipped: one broken API never hides the other leaks."""
-        scanners = [self._overdue]
+        scanners = [self._overdue, self._over_budget]
         if self.arm:
             scanners += [self._disks, self._nics, self._ips, self._vms, self._scale_sets, self._expired]
         if self.batch_url:
@@ -246,6 +251,29 @@ class Janitor:
                 yield Finding("overdue_job", job.job_id, job.name or job.job_id, why,
                               True, tags={T.JOB: job.job_id, T.OWNER: job.owner, T.PROJECT: job.project})
 
+    def _over_budget(self, found):
+        if self.ledger is None or not self.budgets:
+            return
+        from datetime import timedelta
+
+        from upwell.ops.costs import spent
+
+        since = self.now - timedelta(days=self.budget_window_days)
+        killed = {f.resource for f in found}
+        running = [j for j in self.ledger.jobs("accepted", "running") if not j.killed_at]
+        for by in ("owner", "project"):
+            for value, budget in (self.budgets.get(by) or {}).items():
+                jobs = [j for j in running if getattr(j, by) == value and j.job_id not in killed]
+                used = spent(self.ledger, by, value, since) if jobs else 0.0
+                if used <= budget:
+                    continue
+                why = (f"killed: {by} {value!r} has spent ${used:,.4f} of a ${budget:,.4f} budget in the last "
+                       f"{self.budget_window_days:g} days")
+                for job in jobs:
+                    killed.add(job.job_id)
+                    yield Finding("over_budget", job.job_id, job.name or job.job_id, why, True,
+                                  tags={T.JOB: job.job_id, T.OWNER: job.owner, T.PROJECT: job.project})
+
     # -- act ------------------------------------------------------------------------------
     def apply(self, findings: list[Finding]) -> list[Finding]:
         """Act on each finding as its action says; untagged ones only with include_untagged."""
@@ -266,7 +294,7 @@ class Janitor:
     def _act(self, f: Finding) -> str:
         """Do what the policy's action says for this finding's kind."""
         batch_kind = f.kind in ("idle_batch_pool", "orphan_batch_job") or not f.resource.startswith("/subscriptions/")
-        if f.action == "kill" or f.kind == "overdue_job":
+        if f.action == "kill" or f.kind in ("overdue_job", "over_budget"):
             return self._kill(f)
         if f.action == "terminate" and f.kind == "orphan_batch_job":
             self._terminate(f.resource, "upwell job finished")  # Batch finishes it on its own
@@ -334,7 +362,7 @@ class Janitor:
             from upwell.scale.pools.build_batch import batch_job_id
 
             try:
-                self._terminate(batch_job_id(f.resource), "past its max wall-clock").result()
+                self._terminate(batch_job_id(f.resource), f.reason.removeprefix("killed: ")).result()
             except Exception as exc:
                 if "JobNotFound" not in str(exc) and "404" not in str(exc):
                     raise
@@ -389,8 +417,12 @@ def from_env(storage: Any, policy: Policy | None = None, env: Mapping[str, str] 
     import os
 
     from upwell.ledger import Ledger
+    from upwell.settings import cost_settings
 
     env = os.environ if env is None else env
+    money = cost_settings(env)  # UPWELL_BUDGETS and its window
+    kw.setdefault("budgets", money.get("budgets"))
+    kw.setdefault("budget_window_days", money.get("budget_window_days", 30.0))
     return Janitor(policy, subscription_id=env.get("UPWELL_SUBSCRIPTION_ID", ""),
                    resource_group=env.get("UPWELL_RESOURCE_GROUP", ""),
                    batch_url=env.get("UPWELL_BATCH_ACCOUNT_URL", ""), ledger=Ledger(storage),
