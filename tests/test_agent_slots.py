@@ -219,3 +219,29 @@ def test_finish_shard_on_held_rows_counts_once_and_survives_stale_ones(store):
     assert last.counted and last.job_done and last.job_status == "partially_failed"
     row = ledger.job(job)
     assert (row.shards_done, row.shards_failed) == (2, 1)
+
+
+def test_a_first_delivery_skips_the_checkpoint_listing_and_a_shard_with_one_kept_resumes(store, tmp_path,
+                                                                                          monkeypatch):
+    ledger = Ledger(store)
+    job = _ingest(store, "slots/ckpt/job.yaml", "payload: logistic\ngrid: {r: [3.1, 3.2]}\n")
+    # s00001 was cancelled with a checkpoint kept (the row counts it): its next attempt must look for it.
+    store.write(f"{names.CHECKPOINTS}/{job}/s00001/progress.json", b'{"count": 1, "marker": "kept"}')
+    ledger.shard_started(job, "s00001", node="n0", pool="cpu", attempt=1)
+    ledger.shard_cancelled(job, "s00001", checkpoints=1)
+    ledger.reopen_shard(job, "s00001")  # upwell rerun: attempts back to 0, the kept checkpoint counted still
+    listed: list[str] = []
+    real_list = Storage.list
+
+    def spy(self, container, prefix="", *args, **kw):
+        if container == names.CHECKPOINTS:
+            listed.append(prefix)
+        return real_list(self, container, prefix, *args, **kw)
+
+    monkeypatch.setattr(Storage, "list", spy)
+    agent = _agent(store, tmp_path, max_items=2, idle_exit_s=5)
+    assert agent.run() == 0
+    assert listed == [f"{job}/s00001/"], listed  # s00000 never ran before: no listing
+    docs = {sid: json.loads(store.read(f"{names.RESULTS}/{job}/{sid}.json")) for sid in ("s00000", "s00001")}
+    assert {d["status"] for d in docs.values()} == {"succeeded"}
+    assert docs["s00001"]["timings"]["resumed_from"] == "kept" and docs["s00000"]["timings"]["resumed_from"] is None

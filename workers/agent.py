@@ -314,7 +314,7 @@ class Agent:
                                      dir=self.config.scratch or None))
         try:
             input_path = self._stage_in(item, root)
-            resume = self._stage_checkpoint(item, root)
+            resume = self._stage_checkpoint(item, root) if _may_resume(hand) else None
             hand.staging_wait_s = _thread_cpu_wait() - waited_before
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             watch = CancelWatch(self.ledger, item.job_id, self.stop, rows=self.jobs)
@@ -523,6 +523,15 @@ def _note_row(doc: dict, hand: _Hand) -> None:
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
+
+
+def _may_resume(hand: _Hand) -> bool:
+    """Could a checkpoint exist for this shard? Not when its row, as read before this agent marked it
+    running (and unchanged since: the mark went through on its ETag), shows no earlier attempt, no
+    preemption and no kept checkpoint: checkpoints are only ever uploaded by an attempt, which first marks
+    the row. A first delivery so skips the checkpoint listing, one storage call of about a dozen."""
+    row = hand.shard
+    return not hand.etag or bool(row.attempts or row.preemptions or row.checkpoints)
 
 
 def _thread_cpu_wait() -> float:
