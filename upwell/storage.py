@@ -31,10 +31,6 @@ from azure.storage.queue import QueueServiceClient
 from upwell import names
 from upwell.errors import ConfigError, Conflict, NotFound, StorageError, TransientError, UpwellError
 
-# Streamed reads (Storage.chunks) ask for the blob this much at a time: the SDK's default first request
-# takes up to 32 MiB, so a reader would wait for all of a 16 MB upload before its first chunk.
-STREAM_CHUNK = 4 << 20
-
 
 def _credential(env: dict[str, str], prefix: str):
     from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
@@ -97,8 +93,7 @@ def storage_error(exc: BaseException, what: str) -> UpwellError:
 
 
 class Storage:
-    """Clients for one storage account. Keeps only the service clients (blobs twice: ``streams`` reads in
-    ``STREAM_CHUNK`` requests, for ``chunks``)."""
+    """Clients for one storage account. Keeps only the three service clients."""
 
     def __init__(self, connection: str | None = None, env: dict[str, str] | None = None):
         env = dict(os.environ if env is None else env)
@@ -110,8 +105,6 @@ class Storage:
         if conn and conn != "identity":
             self.connection_string: str | None = conn
             self.blobs = BlobServiceClient.from_connection_string(conn)
-            self.streams = BlobServiceClient.from_connection_string(conn, max_single_get_size=STREAM_CHUNK,
-                                                                    max_chunk_get_size=STREAM_CHUNK)
             self.queues = QueueServiceClient.from_connection_string(conn)
             self.tables = TableServiceClient.from_connection_string(conn)
             return
@@ -123,8 +116,6 @@ class Storage:
         cred = _credential(env, prefix)
         self.connection_string = None
         self.blobs = BlobServiceClient(blob_uri, credential=cred)
-        self.streams = BlobServiceClient(blob_uri, credential=cred, max_single_get_size=STREAM_CHUNK,
-                                         max_chunk_get_size=STREAM_CHUNK)
         self.queues = QueueServiceClient(_service_uri(env, prefix, "queue"), credential=cred)
         self.tables = TableServiceClient(endpoint=_service_uri(env, prefix, "table"), credential=cred)
 
@@ -213,9 +204,8 @@ class Storage:
         (Conflict when it changed). A missing blob raises NotFound here, before the first chunk."""
         container, name = split_path(path)
         condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
-        client = self.blob(container, name) if dot_segments(name) else self.streams.get_blob_client(container, name)
         try:
-            downloader = client.download_blob(**condition)
+            downloader = self.blob(container, name).download_blob(**condition)
         except AzureError as exc:
             raise storage_error(exc, f"read {path}") from None
         return _funnelled(downloader.chunks(), f"read {path}")
