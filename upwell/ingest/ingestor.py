@@ -106,9 +106,10 @@ class Ingestor:
         """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers.
 
         An instrument drop's rule is looked up (payload names, the rule listing and files) in a thread while
-        this one reads the blob's properties and its job row: they do not depend on each other. Its answer,
-        or its error, is taken where the rule is needed, so errors come in the same order as one by one."""
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="ingest-read") as reads:
+        this one reads the blob's properties and its job row: they do not depend on each other. Once the job
+        row says it is not a duplicate, the download starts while the rule may still be read. Answers, or
+        errors, are taken where they are needed, so errors come in the same order as one by one."""
+        with ThreadPoolExecutor(max_workers=6, thread_name_prefix="ingest-read") as reads:
             rule = reads.submit(self.match_rule, name, reads) if _instrument_drop(name) else None
             return self._ingest(name, rule, reads)
 
@@ -135,7 +136,8 @@ class Ingestor:
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
-                return self._instrument(job_id, name, props, bound, rule, reads)
+                opened = reads.submit(self.storage.chunks, f"{names.INCOMING}/{name}") if rule else None
+                return self._instrument(job_id, name, props, bound, rule, reads, opened)
             except (ValueError, RecursionError) as exc:  # the input broke a parser: still bad input
                 bound.exception("ingest.unreadable")
                 raise InputRejected(f"incoming/{name[:200]} cannot be read: {type(exc).__name__}: "
@@ -272,7 +274,7 @@ class Ingestor:
 
     # -- instrument drops ----------------------------------------------------------
     def _instrument(self, job_id: str, name: str, props, bound, matched: Future | None = None,
-                    reads: ThreadPoolExecutor | None = None) -> Outcome:
+                    reads: ThreadPoolExecutor | None = None, opened: Future | None = None) -> Outcome:
         rule = matched.result() if matched is not None else self.match_rule(name)
         spec = self.definitions.resolve(rule.payload)
         pool = rule.pool or spec.definition.pool
@@ -288,21 +290,22 @@ class Ingestor:
         source = f"{names.INCOMING}/{name}"
         history = reads.submit(self._history, job) if reads is not None else None  # read while the file is parsed
         if rule.format == "binary":
-            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name, opened))]
             return self._dispatch(job, shards, spec, manifests.Resources(), bound, history)
         options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
         with ShardUploads(self.storage) as uploads:
-            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options,
+                                            opened=opened):
                 blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
                 uploads.put(blob_path, shard.data)
                 uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
                                        hashlib.sha256(shard.data).hexdigest()))
         return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound, history)
 
-    def _binary_sha256(self, name: str) -> str:
+    def _binary_sha256(self, name: str, opened: Future | None = None) -> str:
         """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
         head, digest = b"", hashlib.sha256()
-        for chunk in self.storage.chunks(f"{names.INCOMING}/{name}"):
+        for chunk in opened.result() if opened is not None else self.storage.chunks(f"{names.INCOMING}/{name}"):
             if len(head) < 512:
                 head += chunk[:512]
             digest.update(chunk)
@@ -333,11 +336,12 @@ class Ingestor:
                             f"manifest (job.yaml / job.json)", field="name")
 
     def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
-                      options: CsvOptions | None = None):
+                      options: CsvOptions | None = None, opened: Future | None = None):
+        """Shards of ``path``; ``opened``: its ``Storage.chunks`` already asked for (a NotFound is raised here)."""
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         try:
-            chunks = self.storage.chunks(path)
+            chunks = opened.result() if opened is not None else self.storage.chunks(path)
         except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field="data") from None
         if fmt == "parquet":
