@@ -247,8 +247,7 @@ class Ingestor:
                     params = dict(m.params)
                     payload_params.validate(spec.definition, params)
                     blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                    uploads.put(blob_path, shard.data)
-                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    uploads.put(blob_path, shard.data, (f"s{index:05d}", params))
                     index += 1
             yield from uploads.shards
 
@@ -297,9 +296,7 @@ class Ingestor:
             for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options,
                                             opened=opened):
                 blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-                uploads.put(blob_path, shard.data)
-                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
-                                       hashlib.sha256(shard.data).hexdigest()))
+                uploads.put(blob_path, shard.data, (f"s{shard.index:05d}", dict(rule.params)))
         return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound, history)
 
     def _binary_sha256(self, name: str, opened: Future | None = None) -> str:
