@@ -60,7 +60,9 @@ def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> 
     longest = int(lens.max(initial=0))
     keep = np.flatnonzero(~blank)
     table, bad = None, None
-    if len(keep):
+    if len(keep) and _typed_ok(block, layout, longest):
+        pass  # every row has the header's width and every typed value is one Python accepts
+    elif len(keep):
         try:  # Arrow refuses a row with another field count; only then are the rows counted here
             table = _read(block, layout, longest)
         except _arrow_invalid():
@@ -128,6 +130,42 @@ def _line_limits(block: bytes, starts, lens, first_row: int, layout: Layout, max
                                 f"({FIELD_LIMIT})", field="row", row=first_row + k, source=layout.source)
 
 
+def _typed_ok(block: bytes, layout: Layout, longest: int) -> bool:
+    """Whether Arrow reads ``block`` with the typed columns parsed straight to float64/int64: True means every row
+    has the header's width and every typed value parses, so the block is good as it stands. False (some row or
+    value is refused, or the block needs the exact path) leaves the answer, and the named error, to the
+    string-and-cast path below. Arrow's parser takes "nan(...)" as a float and "0x1F" as an int, which Python
+    refuses: a block holding "(" (float checks) or "x" (int checks) never takes this path; missing-value
+    tokens (strings in a numeric column) neither."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    if layout.missing or not layout.checks:
+        return False
+    kinds = {kind for _, _, kind in layout.checks}
+    if ("float" in kinds and b"(" in block) or ("int" in kinds and (b"x" in block or b"X" in block)):
+        return False
+    names = [f"c{i}" for i in range(layout.width)]
+    types = {f"c{i}": pa.float64() if kind == "float" else pa.int64() for i, _, kind in layout.checks}
+    try:
+        pacsv.read_csv(
+            io.BytesIO(block),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, 2 * longest + 2)),
+            parse_options=_parse_options(layout),
+            convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types), null_values=[],
+                                                 strings_can_be_null=False, quoted_strings_can_be_null=False))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
+
+
+def _parse_options(layout: Layout):
+    import pyarrow.csv as pacsv
+
+    return pacsv.ParseOptions(delimiter=layout.delimiter.decode(), quote_char=False, double_quote=False,
+                              escape_char=False, newlines_in_values=False, ignore_empty_lines=True)
+
+
 def _read(block: bytes, layout: Layout, longest: int):
     """The typed columns (and, with missing values, every non-str column) of ``block`` as strings."""
     import pyarrow as pa
@@ -139,9 +177,7 @@ def _read(block: bytes, layout: Layout, longest: int):
     return pacsv.read_csv(
         io.BytesIO(block),
         read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, 2 * longest + 2)),
-        parse_options=pacsv.ParseOptions(delimiter=layout.delimiter.decode(), quote_char=False,
-                                          double_quote=False, escape_char=False, newlines_in_values=False,
-                                          ignore_empty_lines=True),
+        parse_options=_parse_options(layout),
         convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in wanted}, include_columns=wanted,
                                              strings_can_be_null=False, quoted_strings_can_be_null=False))
 

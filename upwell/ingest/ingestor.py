@@ -8,12 +8,13 @@ recorded in the ledger as a rejected job; nothing is deleted without a copy.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
 import tempfile
 import unicodedata
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
@@ -102,7 +103,17 @@ class Ingestor:
         return self.storage.blob(names.INCOMING, name)
 
     def ingest(self, name: str) -> Outcome:
-        """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers."""
+        """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers.
+
+        An instrument drop's rule is looked up (payload names, the rule listing and files) in a thread while
+        this one reads the blob's properties and its job row: they do not depend on each other. Once the job
+        row says it is not a duplicate, the download starts while the rule may still be read. Answers, or
+        errors, are taken where they are needed, so errors come in the same order as one by one."""
+        with ThreadPoolExecutor(max_workers=6, thread_name_prefix="ingest-read") as reads:
+            rule = reads.submit(self.match_rule, name, reads) if _instrument_drop(name) else None
+            return self._ingest(name, rule, reads)
+
+    def _ingest(self, name: str, rule: Future | None, reads: ThreadPoolExecutor) -> Outcome:
         try:
             props = self.storage.properties(f"{names.INCOMING}/{name}")
         except NotFound:
@@ -125,7 +136,8 @@ class Ingestor:
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
-                return self._instrument(job_id, name, props, bound)
+                opened = reads.submit(self.storage.chunks, f"{names.INCOMING}/{name}") if rule else None
+                return self._instrument(job_id, name, props, bound, rule, reads, opened)
             except (ValueError, RecursionError) as exc:  # the input broke a parser: still bad input
                 bound.exception("ingest.unreadable")
                 raise InputRejected(f"incoming/{name[:200]} cannot be read: {type(exc).__name__}: "
@@ -235,8 +247,7 @@ class Ingestor:
                     params = dict(m.params)
                     payload_params.validate(spec.definition, params)
                     blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                    uploads.put(blob_path, shard.data)
-                    uploads.shards.append((f"s{index:05d}", params, blob_path, hashlib.sha256(shard.data).hexdigest()))
+                    uploads.put(blob_path, shard.data, (f"s{index:05d}", params))
                     index += 1
             yield from uploads.shards
 
@@ -261,8 +272,9 @@ class Ingestor:
         return blob_path, hashlib.sha256(data).hexdigest()
 
     # -- instrument drops ----------------------------------------------------------
-    def _instrument(self, job_id: str, name: str, props, bound) -> Outcome:
-        rule = self.match_rule(name)
+    def _instrument(self, job_id: str, name: str, props, bound, matched: Future | None = None,
+                    reads: ThreadPoolExecutor | None = None, opened: Future | None = None) -> Outcome:
+        rule = matched.result() if matched is not None else self.match_rule(name)
         spec = self.definitions.resolve(rule.payload)
         pool = rule.pool or spec.definition.pool
         self._check_pool(pool, "pool")
@@ -275,22 +287,22 @@ class Ingestor:
         job = self._job_row(job_id, name, props, m, pool, manifests.manifest_hash(rule.model_dump_json().encode()),
                             spec)
         source = f"{names.INCOMING}/{name}"
+        history = reads.submit(self._history, job) if reads is not None else None  # read while the file is parsed
         if rule.format == "binary":
-            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name))]
-            return self._dispatch(job, shards, spec, manifests.Resources(), bound)
+            shards = [("s00000", dict(rule.params), source, self._binary_sha256(name, opened))]
+            return self._dispatch(job, shards, spec, manifests.Resources(), bound, history)
         options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
         with ShardUploads(self.storage) as uploads:
-            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options):
+            for shard in self._shard_stream(source, rule.shard, rule.columns, 1, fmt=rule.format, options=options,
+                                            opened=opened):
                 blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-                uploads.put(blob_path, shard.data)
-                uploads.shards.append((f"s{shard.index:05d}", dict(rule.params), blob_path,
-                                       hashlib.sha256(shard.data).hexdigest()))
-        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound)
+                uploads.put(blob_path, shard.data, (f"s{shard.index:05d}", dict(rule.params)))
+        return self._dispatch(job, uploads.shards, spec, manifests.Resources(), bound, history)
 
-    def _binary_sha256(self, name: str) -> str:
+    def _binary_sha256(self, name: str, opened: Future | None = None) -> str:
         """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
         head, digest = b"", hashlib.sha256()
-        for chunk in self.storage.chunks(f"{names.INCOMING}/{name}"):
+        for chunk in opened.result() if opened is not None else self.storage.chunks(f"{names.INCOMING}/{name}"):
             if len(head) < 512:
                 head += chunk[:512]
             digest.update(chunk)
@@ -300,16 +312,18 @@ class Ingestor:
                                 "files themselves", field="document")
         return digest.hexdigest()
 
-    def match_rule(self, name: str) -> manifests.PipelineRule:
-        rules, known = [], self.definitions.names()
-        for item in self.storage.list(names.PIPELINES):
-            if not item.name.endswith((".yaml", ".yml", ".json")):
-                continue
+    def match_rule(self, name: str, reads: ThreadPoolExecutor | None = None) -> manifests.PipelineRule:
+        """The first rule, in listing order, that loads and matches ``name``. With ``reads``, the payload names
+        and the listing are read at once and the rule files a few ahead (errors as one by one: a file after the
+        match is never looked at)."""
+        known_f = reads.submit(self.definitions.names) if reads is not None else None
+        items = [i.name for i in self.storage.list(names.PIPELINES) if i.name.endswith((".yaml", ".yml", ".json"))]
+        rules, known = [], known_f.result() if known_f is not None else self.definitions.names()
+        for item, data in _ahead(reads, lambda n: self.storage.read(f"{names.PIPELINES}/{n}"), items):
             try:
-                rule = manifests.load_rule(self.storage.read(f"{names.PIPELINES}/{item.name}"),
-                                           f"{names.PIPELINES}/{item.name}", known)
+                rule = manifests.load_rule(data(), f"{names.PIPELINES}/{item}", known)
             except InputRejected as exc:
-                log.warning("ingest.bad_rule", rule=item.name, error=exc.message)
+                log.warning("ingest.bad_rule", rule=item, error=exc.message)
                 continue
             rules.append(rule)
             if rule.matches(name):
@@ -319,11 +333,12 @@ class Ingestor:
                             f"manifest (job.yaml / job.json)", field="name")
 
     def _shard_stream(self, path: str, rule: manifests.ShardRule, columns: dict, n_sources: int, fmt: str = "",
-                      options: CsvOptions | None = None):
+                      options: CsvOptions | None = None, opened: Future | None = None):
+        """Shards of ``path``; ``opened``: its ``Storage.chunks`` already asked for (a NotFound is raised here)."""
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         try:
-            chunks = self.storage.chunks(path)
+            chunks = opened.result() if opened is not None else self.storage.chunks(path)
         except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field="data") from None
         if fmt == "parquet":
@@ -361,14 +376,16 @@ class Ingestor:
                 "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
-    def _dispatch(self, job: dict, shards: list[tuple], spec, resources, bound) -> Outcome:
+    def _dispatch(self, job: dict, shards: list[tuple], spec, resources, bound,
+                  history: Future | None = None) -> Outcome:
         job_id = job["job_id"]
         if not shards:
             raise InputRejected("the job has no shards", field="grid")
         if len(shards) > self.settings.max_shards:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
-        est = self._estimate(job, [params for _, params, _, _ in shards], resources)
+        est = self._estimate(job, [params for _, params, _, _ in shards], resources,
+                             history.result() if history is not None else None)
         est_ns, est_usd = est.node_seconds, est.usd
         job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
                    node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
@@ -408,11 +425,17 @@ class Ingestor:
                    estimate_usd=round(est_usd, 4))
         return Outcome(job_id, "accepted", len(items))
 
-    def _estimate(self, job: dict, points: list[dict], resources):
-        """Priced on the pool that runs it, node time learned from earlier results (upwell.ops.estimate)."""
+    def _history(self, job: dict):
+        """Node time learned from earlier results of the job's payload on its pool (upwell.ops.estimate)."""
         from upwell.ops import estimate as est
 
-        history = est.learn(self.ledger, job["payload"], job["pool"])
+        return est.learn(self.ledger, job["payload"], job["pool"])
+
+    def _estimate(self, job: dict, points: list[dict], resources, history=None):
+        """Priced on the pool that runs it, node time learned from earlier results (``_history``)."""
+        from upwell.ops import estimate as est
+
+        history = history if history is not None else self._history(job)
         return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
                             price_key=job["price_key"], spot_allowed=bool(job["spot"]),
                             pool_spot_share=self.settings.pools[job["pool"]].spot_share,
@@ -458,6 +481,28 @@ def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None 
                               message="the manifest was removed while it waited for its data")
         seen.append(job.job_id)
     return seen
+
+
+def _instrument_drop(name: str) -> bool:
+    """Whether ``name`` can only be an instrument drop (a pipeline rule decides what it is)."""
+    try:
+        check_name(name)
+    except InputRejected:
+        return False
+    return not is_manifest(name) and not is_manifest_input(name)
+
+
+def _ahead(pool: ThreadPoolExecutor | None, read, items: list[str], depth: int = 4):
+    """(item, result getter) in order; with ``pool``, up to ``depth`` reads run ahead of the caller."""
+    if pool is None:
+        for item in items:
+            yield item, functools.partial(read, item)
+        return
+    futures = [pool.submit(read, item) for item in items[:depth]]
+    for k, item in enumerate(items):
+        if k + depth < len(items):
+            futures.append(pool.submit(read, items[k + depth]))
+        yield item, futures[k].result
 
 
 def _printable(name: str) -> bool:

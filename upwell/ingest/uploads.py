@@ -2,11 +2,13 @@
 
 Azurite and Blob Storage take many uploads at once; one at a time, ingest waits on each
 round trip. At most ``depth`` shards are in flight, so memory stays bounded while the
-input streams. Leaving the ``with`` block waits for every upload and re-raises the first
+input streams. The worker that uploads a shard also takes its SHA-256, off the reader's
+thread. Leaving the ``with`` block waits for every upload and re-raises the first
 failure (a transient storage error, so that the host redelivers the upload)."""
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -18,19 +20,31 @@ WORKERS = 8
 
 
 class ShardUploads:
-    """Holds the executor, the futures in flight, and ``shards``: the caller's rows for what was put."""
+    """Holds the executor, the futures in flight, and what was put: ``shards`` (after the ``with`` block) are
+    the caller's rows, each ``(*row, path, sha256)``."""
 
     def __init__(self, storage: Storage, workers: int = WORKERS, depth: int = 2 * WORKERS):
         self.storage = storage
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shard-upload")
         self.depth = depth
         self.pending: list[Future] = []
-        self.shards: list[tuple] = []
+        self.rows: list[tuple[tuple, str, Future]] = []
 
-    def put(self, path: str, data: bytes) -> None:
+    def put(self, path: str, data: bytes, row: tuple = ()) -> None:
         while len(self.pending) >= self.depth:
             self.pending.pop(0).result()
-        self.pending.append(self.pool.submit(self.storage.write, path, data))
+        future = self.pool.submit(self._put, path, data)
+        self.pending.append(future)
+        self.rows.append((row, path, future))
+
+    def _put(self, path: str, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        self.storage.write(path, data)
+        return digest
+
+    @property
+    def shards(self) -> list[tuple]:
+        return [(*row, path, future.result()) for row, path, future in self.rows]
 
     def __enter__(self) -> ShardUploads:
         return self
