@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 CASES = {
     "heat-mpi": (b"payload: heat-mpi\npool: mpi\nresources: {ranks: 2}\n"
                  b"params: {nx: 256, t_end: 0.06, checkpoint_every: 100}\ngrid: {alpha: [1.0]}\n", "mpi"),
-    "train-torch": (b"payload: train-torch\npool: gpu\nparams: {epochs: 60, hidden: 32, lr: 0.05}\n"
+    "train-torch": (b"payload: train-torch\npool: gpu\n"
+                    b"params: {epochs: 60, hidden: 32, lr: 0.05, checkpoint_interval_s: 0}\n"
                     b"grid: {seed: [0]}\n", "gpu"),
 }
 

@@ -45,13 +45,14 @@ def test_default_configuration_reaches_the_documented_accuracy(uninterrupted):
     assert m["test_accuracy"] >= 0.95
     assert len(m["loss"]) == len(m["accuracy"]) == m["epochs"] == 10
     assert m["loss"][-1] < m["loss"][0]
-    assert m["device"] == "cpu" and m["samples_per_second"] > 0 and m["checkpoints_written"] == 10
+    # checkpoint_interval_s (30 s) is longer than the whole run: only the last epoch checkpoints
+    assert m["device"] == "cpu" and m["samples_per_second"] > 0 and m["checkpoints_written"] == 1
     assert [p.name for p in uninterrupted.artifacts] == ["model.pt"]
 
 
 def test_resume_after_stop_gives_the_same_metrics(tmp_path, uninterrupted):
     stop, tick = stop_after_first_checkpoint(tmp_path / "cut")
-    cut = run_payload(item({}), tmp_path / "cut", stop=stop, on_tick=tick, tick_s=0.05)
+    cut = run_payload(item({"checkpoint_interval_s": 0}), tmp_path / "cut", stop=stop, on_tick=tick, tick_s=0.05)
     assert cut.status == "preempted" and cut.exit_code == 75, cut.stderr_tail
     assert cut.metrics["completed"] is False and cut.checkpoints >= 1
     saved = tmp_path / "saved"
@@ -67,7 +68,7 @@ def test_resume_after_stop_gives_the_same_metrics(tmp_path, uninterrupted):
 
 @pytest.mark.mpi
 def test_ddp_on_two_processes_stops_through_torchrun_and_resumes_on_one(tmp_path):
-    params = {"epochs": 6, "arch": "mlp"}
+    params = {"epochs": 6, "arch": "mlp", "checkpoint_interval_s": 0}
     stop, tick = stop_after_first_checkpoint(tmp_path / "cut")
     cut = run_payload(item(params, ranks=2), tmp_path / "cut", stop=stop, on_tick=tick, tick_s=0.05)
     # torchrun itself exits 1 after forwarding SIGTERM; rank 0's exit.json makes it a preemption
@@ -79,3 +80,11 @@ def test_ddp_on_two_processes_stops_through_torchrun_and_resumes_on_one(tmp_path
     assert resumed.status == "succeeded", resumed.stderr_tail
     assert resumed.resumed_from is not None and resumed.metrics["world_size"] == 1
     assert len(resumed.metrics["loss"]) == 6 and resumed.metrics["test_accuracy"] >= 0.95
+
+
+@pytest.mark.parametrize(("interval", "written"), [(0, 3), (30, 1), (0.000001, 3)])
+def test_checkpoint_cadence_is_every_n_epochs_and_no_sooner_than_the_interval(tmp_path, interval, written):
+    params = {"epochs": 3, "arch": "mlp", "checkpoint_interval_s": interval}
+    result = run_payload(item(params), tmp_path)
+    assert result.status == "succeeded", result.stderr_tail
+    assert result.metrics["checkpoints_written"] == written

@@ -73,3 +73,7 @@ class TrainParams(Params):
                                                           "the last epoch only (the test pass costs ~10% of an epoch)")
     checkpoint_every: int = Field(1, ge=1, le=500, description="checkpoint every N epochs (and always on a stop "
                                                                "request); written in the background")
+    checkpoint_interval_s: float = Field(
+        30.0, ge=0.0, le=86400.0, description="and no sooner than this many seconds after the last checkpoint (0: "
+        "at every checkpoint_every epochs). A stop request (a spot eviction's notice) and the last epoch always "
+        "checkpoint; this bounds the work a crash without notice loses, at a bounded cost")

@@ -56,6 +56,8 @@ from upwell.results.publish import reconcile as requeue_reports
 from upwell.settings import Settings
 from upwell.storage import Storage
 
+CLOCK_SLACK_S = 60  # a feed record's time and a job row's Timestamp come from different clocks
+
 log = logs.get("upwell.ops.reconcile")
 PARTITION = "_reconcile"
 STATE_ROW = "state"
@@ -155,7 +157,7 @@ class Reconciler:
 
     def _known_jobs(self, since: float) -> dict[str, str]:
         """job id -> status of the job rows changed since ``since`` (every job created later is among them)."""
-        stamp = dt.datetime.fromtimestamp(max(since - 60, 0), dt.UTC)
+        stamp = dt.datetime.fromtimestamp(max(since - CLOCK_SLACK_S, 0), dt.UTC)
         return {j.job_id: str(j.status) for j in self.ledger.jobs(changed_since=stamp, only=["status"])}
 
     def _incoming(self, result: Pass, state: dict, redrives: dict) -> None:

@@ -246,6 +246,7 @@ class Clock:
     checkpoint_s: float = 0.0
     loop_s: float = 0.0
     writer: Writer | None = None
+    saved_at: float = field(default_factory=time.monotonic)  # the last checkpoint, or the start of this attempt
 
     def save(self, ctx: Context, d: Dist, model, opt, st: State, *, wait: bool = False) -> None:
         started = time.perf_counter()
@@ -254,6 +255,7 @@ class Clock:
             self.writer = self.writer or Writer(ctx)
             self.writer.put(data, st.marker)
             self.written += 1
+        self.saved_at = time.monotonic()
         if wait:
             self.flush()
         self.checkpoint_s += time.perf_counter() - started
@@ -302,8 +304,16 @@ def end_epoch(ctx, d: Dist, p: TrainParams, model, opt, st: State, data, clock: 
         st.history["test_loss"].append(test_loss)
         st.history["test_accuracy"].append(test_acc)
     st.epoch, st.batch, st.sums = epoch, 0, [0.0, 0.0, 0.0]
-    if last or epoch % p.checkpoint_every == 0:
+    if last or (epoch % p.checkpoint_every == 0 and _interval_passed(d, p, clock)):
         clock.save(ctx, d, model, opt, st)
+
+
+def _interval_passed(d: Dist, p: TrainParams, clock: Clock) -> bool:
+    """checkpoint_interval_s since the last checkpoint, on any rank (the ranks agree: one allreduce)."""
+    if not p.checkpoint_interval_s:
+        return True
+    due = time.monotonic() - clock.saved_at >= p.checkpoint_interval_s
+    return d.sum([1.0 if due else 0.0])[0] > 0
 
 
 def setup(ctx: Context, d: Dist, p: TrainParams):
