@@ -314,7 +314,7 @@ class CpuWait:
         self.pid = pid
         self.waited: dict[int, int] = {}  # pid -> ns, the last reading
         self._tree: list[int] = []
-        self._tree_at = 0.0
+        self._tree_at = time.monotonic()  # the first look for descendants a second in: a short payload has none
 
     def sample(self, now: float) -> None:
         if now - self._tree_at >= self.TREE_S:
