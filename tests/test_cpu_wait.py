@@ -43,12 +43,17 @@ def busy_item() -> WorkItem:
                     params={"steps": 1_000_000, "burn_in": 1_000_000})
 
 
-def test_a_payload_sharing_its_cpu_with_two_busy_processes_waits_most_of_its_run(tmp_path):
+def test_a_payload_sharing_its_cpu_with_two_busy_processes_waits_most_of_its_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("UPWELL_SHARED_MACHINE", "1")
     with one_cpu_with_hogs(2):
         result = run_payload(busy_item(), tmp_path / "shared")
     assert result.status == "succeeded"
     # A third of one CPU: it waits about two thirds of its run; allow for sampling and start-up.
     assert 0.4 * result.run_s < result.cpu_wait_s < result.run_s, (result.cpu_wait_s, result.run_s)
+    monkeypatch.delenv("UPWELL_SHARED_MACHINE")  # a node of its own: nothing sampled, nothing taken off
+    with one_cpu_with_hogs(2):
+        alone = run_payload(busy_item(), tmp_path / "own")
+    assert alone.status == "succeeded" and alone.cpu_wait_s == 0.0
 
 
 def test_cpu_wait_reads_the_run_queue_delay_of_the_process_and_its_descendants():

@@ -309,13 +309,14 @@ class Agent:
 
         item = hand.item
         hand.started = now_iso()
-        waited_before = _thread_cpu_wait()
+        shared = self.config.shared_machine
+        waited_before = _thread_cpu_wait() if shared else 0.0
         root = Path(tempfile.mkdtemp(prefix=f"upwell-{_safe_name(item.shard_id)[:40]}-",
                                      dir=self.config.scratch or None))
         try:
             input_path = self._stage_in(item, root)
             resume = self._stage_checkpoint(item, root) if _may_resume(hand) else None
-            hand.staging_wait_s = _thread_cpu_wait() - waited_before
+            hand.staging_wait_s = _thread_cpu_wait() - waited_before if shared else 0.0
             hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
             watch = CancelWatch(self.ledger, item.job_id, self.stop, rows=self.jobs)
             result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume,

@@ -310,6 +310,11 @@ class CpuWait:
 
     TREE_S = 1.0
 
+    @staticmethod
+    def wanted() -> bool:
+        """Only where local nodes share the machine (UPWELL_SHARED_MACHINE): elsewhere nothing reads it."""
+        return os.environ.get("UPWELL_SHARED_MACHINE", "").strip().lower() in ("1", "true", "yes", "on")
+
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.waited: dict[int, int] = {}  # pid -> ns, the last reading
@@ -337,10 +342,11 @@ def _supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick:
     outcome = _Outcome()
     start = next_tick = time.monotonic()
     ladder: list[tuple[float, signal.Signals]] = []
-    waits = CpuWait(proc.pid)
+    waits = CpuWait(proc.pid) if CpuWait.wanted() else None
     while proc.poll() is None:
         now = time.monotonic()
-        waits.sample(now)
+        if waits is not None:
+            waits.sample(now)
         if now >= next_tick:
             _tick(on_tick)
             next_tick = now + tick_s
@@ -356,7 +362,7 @@ def _supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick:
         except subprocess.TimeoutExpired:
             pass
     _signal_group(proc, signal.SIGKILL, None)  # stragglers left in the group
-    outcome.cpu_wait_s = round(waits.seconds, 3)
+    outcome.cpu_wait_s = round(waits.seconds, 3) if waits is not None else 0.0
     return outcome
 
 
