@@ -537,11 +537,9 @@ def _may_resume(hand: _Hand) -> bool:
 
 def _thread_cpu_wait() -> float:
     """Seconds this thread has waited for a CPU while ready to run (its run-queue delay); 0 without /proc."""
-    try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat", "rb") as handle:
-            return int(handle.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    from workers.launch import run_delay_ns
+
+    return (run_delay_ns(f"/proc/self/task/{threading.get_native_id()}/schedstat") or 0) / 1e9
 
 
 def _safe_name(name: str, limit: int = 200) -> str:

@@ -314,7 +314,9 @@ class CpuWait:
     @staticmethod
     def wanted() -> bool:
         """Only where local nodes share the machine (UPWELL_SHARED_MACHINE): elsewhere nothing reads it."""
-        return os.environ.get("UPWELL_SHARED_MACHINE", "").strip().lower() in ("1", "true", "yes", "on")
+        from upwell.settings import env_bool
+
+        return env_bool(os.environ, "UPWELL_SHARED_MACHINE")
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -326,15 +328,22 @@ class CpuWait:
         if now - self._tree_at >= self.TREE_S:
             self._tree, self._tree_at = _descendants(self.pid), now
         for pid in (self.pid, *self._tree):
-            try:
-                with open(f"/proc/{pid}/schedstat", "rb") as handle:
-                    self.waited[pid] = max(self.waited.get(pid, 0), int(handle.read().split()[1]))
-            except (OSError, IndexError, ValueError):
-                continue
+            ns = run_delay_ns(f"/proc/{pid}/schedstat")
+            if ns is not None:
+                self.waited[pid] = max(self.waited.get(pid, 0), ns)
 
     @property
     def seconds(self) -> float:
         return max(self.waited.values(), default=0) / 1e9
+
+
+def run_delay_ns(schedstat: str) -> int | None:
+    """A task's run-queue delay in ns, the second field of its schedstat file; None when it cannot be read."""
+    try:
+        with open(schedstat, "rb") as handle:
+            return int(handle.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick: Callable[[], None] | None,
