@@ -47,8 +47,9 @@ demo: install
 test: install iac-install gromacs
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# Unit and contract tests only: no Azurite, no stack; under two minutes.
 test-fast: install iac-install
-	$(BIN)/python -m pytest -q -m "not faults and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/contract $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -167,7 +167,7 @@ param budgetStartDate string = utcNow('yyyy-MM-01')
 
 // ---------------------------------------------------------------- names
 
-// The storage names the code reads (upwell/names.py). tests/test_names_consistency.py
+// The storage names the code reads (upwell/names.py). tests/unit/test_names_consistency.py
 // checks these lists against the code; change both together.
 var containerNames = [
   'incoming'

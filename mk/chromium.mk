@@ -1,4 +1,4 @@
-# Debian's Chromium and chromedriver for the dashboard's browser tests (tests/test_dashboard.py).
+# Debian's Chromium and chromedriver for the dashboard's browser tests (tests/e2e/test_dashboard.py).
 #   make chromium   installs them with apt-get when missing and run as root on Debian; otherwise it
 #                   fails and says how to install them. A stamp keeps warm runs quiet.
 

@@ -22,7 +22,7 @@ $(SLURM_STAMP):
 	else \
 	  echo "slurm: slurm-wlm is not installed and cannot be installed here (needs root and apt-get)."; \
 	  echo "slurm: install it with 'sudo apt-get install slurm-wlm slurmrestd' (Debian/Ubuntu) or your site's"; \
-	  echo "slurm: Slurm 22.05+; until then the tests in tests/test_slurm_pool.py fail and say so."; \
+	  echo "slurm: Slurm 22.05+; until then the tests in tests/e2e/test_slurm_pool.py fail and say so."; \
 	  exit 0; \
 	fi; \
 	mkdir -p $(dir $@) && touch $@

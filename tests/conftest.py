@@ -1,5 +1,10 @@
 """Shared fixtures: a real Azurite for the session, and the storage connection in the environment.
 
+Tests live in one folder per kind, and the folder sets the kind's marker (``pytest -m contract``):
+``unit`` (pure logic, no service), ``integration`` (Azurite, real processes), ``contract`` (the real
+Azure SDK clients against a recording local server), ``faults`` (kills, restarts, duplicates; nothing
+lost) and ``e2e`` (the whole stack to a report). A test module never sets its kind by hand.
+
 The ``azurite`` fixture starts Azurite from ``node_modules`` on free ports in a
 temporary folder. When it cannot start, the tests that need it FAIL with the
 reason (DESIGN.md: a fixture that cannot start Azurite fails, it does not skip).
@@ -17,6 +22,19 @@ from upwell.local.azurite import Azurite
 from upwell.names import CONNECTION
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+KINDS = ("unit", "integration", "contract", "faults", "e2e")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the kind of the folder it sits in; a test outside them is an error."""
+    for item in items:
+        rel = Path(str(item.path)).resolve().relative_to(REPO / "tests")
+        kind = rel.parts[0] if len(rel.parts) > 1 else ""
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{rel}: a test module belongs in one of tests/{{{','.join(KINDS)}}}/")
+        item.add_marker(getattr(pytest.mark, kind))
 
 
 @pytest.fixture(scope="session")

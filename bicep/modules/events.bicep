@@ -5,14 +5,14 @@
 // listKeys at deploy time so it never appears in code, settings or outputs.
 // That key exists only after the function code is deployed, so only
 // bicep/hooks/postdeploy.sh deploys this template, once the functions are listed
-// and the key exists; main.bicep never does (tests/test_bicep.py checks both).
+// and the key exists; main.bicep never does (tests/unit/test_bicep.py checks both).
 
 param systemTopicName string
 param functionAppName string
 param storageAccountName string
 param deadLetterContainerName string
 
-@description('Blob triggers: [{ function, container }]; the names must match the code (tests/test_names_consistency.py).')
+@description('Blob triggers: [{ function, container }]; the names must match the code (tests/unit/test_names_consistency.py).')
 param blobTriggers array
 
 resource topic 'Microsoft.EventGrid/systemTopics@2025-02-15' existing = {

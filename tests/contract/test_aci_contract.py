@@ -12,7 +12,6 @@ from upwell.ops.tags import expires
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
 
-pytestmark = pytest.mark.contract
 
 GROUPS = r"/subscriptions/s1/resourceGroups/rg/providers/Microsoft\.ContainerInstance/containerGroups"
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"

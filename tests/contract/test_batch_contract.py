@@ -11,9 +11,6 @@ from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
 from upwell.scale.pools.build_batch import mpi_task
 
-pytestmark = pytest.mark.contract
-
-
 
 def R(status=200, body=None, headers=None):  # a reply, as the server takes it
     return status, body, headers or {}

@@ -28,7 +28,6 @@ from upwell.scale.pools.build_batch import payload_task
 from upwell.scale.pools.build_vmss import payload_command
 from workers.runner import run_definition
 
-pytestmark = pytest.mark.contract
 IMAGE = "labcr.azurecr.io/tools/echo@sha256:" + "7a" * 32
 HOSTILE = "a b; rm -rf / $(id) `id` | cat > /etc/x 'q' \"d\""
 DEFINITION = {"schema": 1, "name": "argv-echo", "version": "1.0.0", "owner": "test", "image": IMAGE,

@@ -12,8 +12,6 @@ from upwell.scale.autoscaler import Autoscaler
 from upwell.settings import Settings
 from upwell.storage import Storage
 
-pytestmark = [pytest.mark.contract, pytest.mark.integration]
-
 
 def test_contract_quota_error_shows_on_job_status_after_one_interval(server, credential, client_kwargs, azurite):
     store = Storage(azurite.connection_string)

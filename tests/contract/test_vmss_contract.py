@@ -14,7 +14,6 @@ from upwell.ops.tags import expires
 from upwell.scale.pools import make_pool
 from upwell.scale.pools.base import NodeState, PoolSpec
 
-pytestmark = pytest.mark.contract
 
 SETS = r"/subscriptions/s1/resourceGroups/rg/providers/Microsoft\.Compute/virtualMachineScaleSets"
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"

@@ -22,7 +22,6 @@ from upwell import names
 from upwell.ledger import Ledger
 from upwell.local.devhost.publisher import EventFaults
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 SHARDS = 30
 PERIOD_S, GRACE_S = 5, 4  # harness.environment: the reconcile timer and its grace
 # After the faults stop: one reconcile period and its grace, then the re-driven work itself (agents may

@@ -23,7 +23,6 @@ from tests.pipeline_helpers import live_worker_pids
 from upwell import names
 from upwell.ledger import Ledger
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 SHARDS = 100
 
 

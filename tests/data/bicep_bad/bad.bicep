@@ -1,4 +1,4 @@
-// A deliberately bad template: tests/test_bicep.py runs upwell's custom checkov
+// A deliberately bad template: tests/unit/test_bicep.py runs upwell's custom checkov
 // checks (bicep/checks) on this folder and expects each of them to fail.
 
 param location string = resourceGroup().location

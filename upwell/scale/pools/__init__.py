@@ -34,7 +34,7 @@ POOLS: dict[str, str] = {
     "slurm": "upwell.scale.pools.slurm:SlurmPool",
 }
 
-# The keywords each backend's constructor takes (tests/test_autoscaler.py checks them
+# The keywords each backend's constructor takes (tests/integration/test_autoscaler.py checks them
 # against the signatures).
 KEYWORDS: dict[str, frozenset[str]] = {
     "local": frozenset({"state_dir", "idle_exit_s", "env"}),

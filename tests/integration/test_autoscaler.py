@@ -1,0 +1,230 @@
+"""The Autoscaler's orchestration on real Azurite against the library's StubPool: what it
+observes from the ledger and the queue, what it asks the pool for, and that it lets go."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from upwell import names
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.scale.autoscaler import Autoscaler
+from upwell.scale.pools.base import NodeState, PoolSpec
+from upwell.scale.pools.stub import StubPool
+from upwell.settings import Settings
+from upwell.storage import Storage
+
+
+@pytest.fixture()
+def store(azurite) -> Storage:
+    s = Storage(azurite.connection_string)
+    s.ensure()
+    return s
+
+
+def _pool_name() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"  # a queue and a scaling partition of its own
+
+
+def _job(ledger: Ledger, pool: str, shard_states: list[ShardState], *, node: str = "") -> str:
+    job_id = f"job-{uuid.uuid4().hex[:8]}"
+    ledger.create_job(JobRow(job_id=job_id, status=JobState.RUNNING, pool=pool, shards_total=len(shard_states)))
+    ledger.add_shards(job_id, [ShardRow(job_id=job_id, shard_id=f"s{i:05d}", status=state, pool=pool,
+                                        node=node if state == ShardState.RUNNING else "")
+                               for i, state in enumerate(shard_states)])
+    return job_id
+
+
+def _scaler(store: Storage, spec: PoolSpec, pool: StubPool) -> Autoscaler:
+    return Autoscaler(store, Settings(pools={spec.name: spec}), pools={spec.name: pool})
+
+
+def test_running_job_row_is_not_a_running_shard(store):
+    """A running job row also says status=running and names its pool; only shard rows are in flight."""
+    ledger, name = Ledger(store), _pool_name()
+    job_id = _job(ledger, name, [ShardState.RUNNING] * 3, node="n1")
+    running = ledger.running(name)
+    assert sorted(r.shard_id for r in running) == ["s00000", "s00001", "s00002"]
+    assert all(r.job_id == job_id for r in running)
+
+    spec = PoolSpec(name, backend="stub", max_nodes=4)
+    scaler = _scaler(store, spec, StubPool(spec))
+    jobs = [j for j in ledger.jobs(JobState.RUNNING) if j.pool == name]
+    obs = scaler.observe(spec, scaler.pools[name].status(), jobs, scaler.pools[name])
+    assert (obs.visible, obs.in_flight, obs.backlog) == (0, 3, 3)
+
+
+def test_stalled_job_releases_its_node_after_the_cooldown(store):
+    """A job whose messages are gone (its queue cleared) while its row still says running keeps
+    no node: the target falls to 0 after the shrink votes and the cooldown, and the node goes."""
+    ledger, name = Ledger(store), _pool_name()
+    _job(ledger, name, [ShardState.QUEUED] * 3)  # stalled: nothing queued, nothing running
+    spec = PoolSpec(name, backend="stub", max_nodes=2, scale_down_votes=2, cooldown_s=1.0,
+                    options={"boot_s": 0.0})
+    pool = StubPool(spec)
+    pool.scale_to(1)  # the node the job once had
+    scaler = _scaler(store, spec, pool)
+
+    first = scaler.adapt_pool(spec, [])
+    assert first.target == 1 and pool.nodes, first.reason  # one vote to shrink, and inside the cooldown
+    deadline = time.monotonic() + 20
+    targets = [first.target]
+    while pool.nodes and time.monotonic() < deadline:
+        time.sleep(0.3)
+        targets.append(scaler.adapt_pool(spec, []).target)
+    assert not pool.nodes, f"the node was kept: targets {targets}"
+    assert targets[-1] == 0 and pool.calls[-1][0] == 0
+    # ...and it stays released: later runs ask for nothing.
+    assert scaler.adapt_pool(spec, []).target == 0 and not pool.nodes
+
+
+def test_stub_pool_never_removes_a_busy_node():
+    spec = PoolSpec("stub", backend="stub", max_nodes=3)
+    pool = StubPool(spec)
+    pool.scale_to(2)
+    busy = next(iter(pool.nodes))
+    pool.scale_to(0, busy={busy})
+    assert list(pool.nodes) == [busy] and pool.status().nodes[busy] is NodeState.RUNNING
+
+
+def test_queue_backlog_counts(store):
+    """Visible messages are backlog; the in-flight shards come from the ledger, not the queue."""
+    ledger, name = Ledger(store), _pool_name()
+    _job(ledger, name, [ShardState.RUNNING, ShardState.QUEUED], node="n1")
+    queue = store.queue(names.work_queue(name))
+    queue.create_queue()
+    queue.send_message("{}")
+    queue.send_message("{}")
+    spec = PoolSpec(name, backend="stub", max_nodes=4)
+    scaler = _scaler(store, spec, StubPool(spec))
+    obs = scaler.observe(spec, scaler.pools[name].status(), [], scaler.pools[name])
+    # two messages in the queue: one is the running shard's (leased), one is waiting
+    assert (obs.visible, obs.in_flight) == (1, 1)
+    queue.delete_queue()
+
+
+def test_one_ledger_scan_per_pool_and_the_busy_set_reaches_the_pool(store):
+    ledger, name = Ledger(store), _pool_name()
+    _job(ledger, name, [ShardState.RUNNING, ShardState.RUNNING], node=f"{name}-1")
+    spec = PoolSpec(name, backend="stub", max_nodes=1, scale_down_votes=1, cooldown_s=0.0)
+    pool = StubPool(spec, quota={"family": "standardDv5Family", "cores": 8, "spot_cores": 0})
+    pool.scale_to(1)
+    scaler = _scaler(store, spec, pool)
+    scans = []
+    real = scaler.ledger.running
+    scaler.ledger.running = lambda p: scans.append(p) or real(p)
+    scaler.adapt()
+    assert scans == [name]  # the policy's in-flight count and the backend's busy set: one read
+    assert pool.busy == {f"{name}-1"}
+    obs = scaler.observe(spec, pool.status(), [], pool)
+    assert obs.quota_family == "standardDv5Family" and obs.quota_cores == 8 and obs.boot_s == 0.0
+    assert obs.idle == 0  # the busy node is not idle, whatever the backend says
+
+
+def test_a_failing_pool_does_not_stop_the_others(store):
+    from upwell.errors import PoolError, PoolErrorKind
+
+    names_ = [_pool_name(), _pool_name()]
+    specs = {n: PoolSpec(n, backend="stub", min_nodes=1, max_nodes=2) for n in names_}
+    pools = {n: StubPool(specs[n]) for n in names_}
+    pools[names_[0]].fail_next = PoolError("no capacity", kind=PoolErrorKind.CAPACITY)
+    decisions = Autoscaler(store, Settings(pools=specs), pools=pools).adapt()
+    assert set(decisions) == set(names_)
+    assert not pools[names_[0]].nodes and len(pools[names_[1]].nodes) == 1
+
+
+def test_pool_keywords_are_explicit():
+    import inspect
+
+    from upwell.errors import ConfigError
+    from upwell.scale.pools import KEYWORDS, POOLS, backend_class, make_pool
+
+    assert set(KEYWORDS) == set(POOLS)
+    for backend in POOLS:
+        params = inspect.signature(backend_class(backend).__init__).parameters
+        declared = {n for n, p in params.items() if n not in ("self", "spec")}
+        assert declared == KEYWORDS[backend], backend
+        assert not any(p.kind is p.VAR_KEYWORD for p in params.values()), f"{backend} swallows keywords"
+    with pytest.raises(ConfigError, match="state_dri"):
+        make_pool(PoolSpec("x"), state_dri="/tmp")
+
+
+def test_unknown_native_state_is_logged_once(monkeypatch):
+    import io
+    import sys
+
+    from upwell import logs
+    from upwell.scale.pools import base
+
+    out = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", out)
+    logs.configure(pretty=False)  # binds the renderer to the current stderr
+    try:
+        monkeypatch.setattr(base, "log", logs.get("upwell.scale.pools"))
+        pool = StubPool(PoolSpec("stubby", backend="stub"))
+        assert pool.node_state("Idle") is NodeState.IDLE
+        assert pool.node_state("Hibernating") is NodeState.UNKNOWN
+        assert pool.node_state("hibernating") is NodeState.UNKNOWN
+    finally:
+        monkeypatch.undo()
+        logs.configure(pretty=False)  # back to the real stderr for every later test
+    err = out.getvalue()
+    assert err.count("pool.unknown_native_state") == 1 and '"native": "Hibernating"' in err
+
+
+def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
+    """A job whose row is written (shard count and estimate known) while its messages are still being sent is
+    work already: the pool starts for it; its creation time is the arrival the policy learns, and the learned
+    arrivals survive in the persisted state, not in the Autoscaler."""
+    from datetime import UTC, datetime, timedelta
+
+    ledger, name = Ledger(store), _pool_name()
+    t0 = datetime.now(UTC).replace(microsecond=0)
+    iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
+    ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.INGESTING, pool=name,
+                             shards_total=6, estimate_node_seconds=600.0, created_at=iso(t0)))
+    spec = PoolSpec(name, backend="stub", max_nodes=8, options={"boot_s": 360.0})
+    pool = StubPool(spec)
+    scaler = _scaler(store, spec, pool)
+    first = scaler.adapt()[name]
+    assert first.target == 6 and len(pool.nodes) == 6, first.reason
+    assert "6 being ingested" in first.reason
+    state = scaler._load_state(name)
+    assert state.last_arrival == pytest.approx(t0.timestamp()) and state.gap_s is None
+
+    ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.ACCEPTED, pool=name,
+                             shards_total=4, estimate_node_seconds=400.0, created_at=iso(t0 + timedelta(seconds=40))))
+    obs = scaler.observe(spec, pool.status(), [j for j in ledger.jobs(JobState.ACCEPTED) if j.pool == name], pool)
+    assert obs.task_s == pytest.approx(100.0)  # ingest's estimate over the shard count
+    scaler.adapt()
+    fresh = _scaler(store, spec, pool)._load_state(name)  # another instance reads what the last run learned
+    assert fresh.last_arrival == pytest.approx(t0.timestamp() + 40) and fresh.gap_s == pytest.approx(10.0)
+
+
+def test_concurrent_runs_on_two_instances_act_once(store):
+    """The timer on one instance and an ingest nudge on another read the same state; only the run that
+    saves first acts on the pool, the other sees the changed ETag and leaves the pool alone."""
+    ledger, name = Ledger(store), _pool_name()
+    spec = PoolSpec(name, backend="stub", max_nodes=8)
+    _job(ledger, name, [ShardState.QUEUED] * 3)
+    queue = store.queue(names.work_queue(name))
+    queue.create_queue()
+    for _ in range(3):
+        queue.send_message("{}")
+    first_pool, second_pool = StubPool(spec), StubPool(spec)
+    first, second = _scaler(store, spec, first_pool), _scaler(store, spec, second_pool)
+
+    real_read = second._read_state
+
+    def read_then_lose_the_race(pool: str):
+        out = real_read(pool)
+        first.adapt()  # the other instance runs between this run's read and its save
+        return out
+
+    second._read_state = read_then_lose_the_race
+    decision = second.adapt()[name]
+    assert len(first_pool.nodes) == 3  # the winner scaled for the backlog
+    assert decision.target == 3 and second_pool.nodes == {}  # the loser decided the same, and did not act
+    assert _scaler(store, spec, StubPool(spec))._load_state(name) == first._load_state(name)

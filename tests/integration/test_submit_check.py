@@ -1,0 +1,88 @@
+"""`upwell submit` checks before it uploads (on Azurite, through the CLI): a misspelt payload or field is
+refused with nothing uploaded and a hint at the field meant; --dry-run prints the estimate only;
+--wait watches the job through the real devhost to its report."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.pipeline_helpers import pipeline_env, running_host
+from upwell import logs, names
+from upwell.cli import app
+from upwell.storage import Storage
+
+runner = CliRunner()
+# Log to pytest's stderr, not to a CliRunner stream that closes after the first command.
+logs.configure()
+
+
+@pytest.fixture
+def store(storage_env) -> Storage:
+    s = Storage(storage_env)
+    s.ensure()
+    return s
+
+
+def _folder(tmp_path, name: str, manifest: str, data: dict[str, str] | None = None):
+    folder = tmp_path / name
+    (folder / "data").mkdir(parents=True)
+    (folder / "job.yaml").write_text(manifest)
+    for fname, text in (data or {}).items():
+        (folder / "data" / fname).write_text(text)
+    return folder
+
+
+def _cli(*args: str):
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def _uploaded(store: Storage, prefix: str) -> list[str]:
+    return [b.name for b in store.list(names.INCOMING, prefix)]
+
+
+@pytest.mark.parametrize(("manifest", "expect"), [
+    ("payload: logistc\ngrid: {r: [3.1]}\n", "unknown payload 'logistc'"),
+    ("payload: logistic\nbudget: 5\ngrid: {r: [3.1]}\n",
+     "budget: Extra inputs are not permitted; did you mean budget_usd?"),
+    ("payload: logistic\nresources: {rank: 2}\n",
+     "resources.rank: Extra inputs are not permitted; did you mean ranks?"),
+    ("payload: logistic\ngrid: {step: [100]}\n", "did you mean steps?"),
+    ("payload: logistic\npool: gpus\n", "pool 'gpus' is not configured"),
+    ("payload: logistic\nbudget_usd: 0.000001\ngrid: {r: [3.1, 3.2]}\n", "exceeds the budget"),
+    ("payload: channel-stats\ndata: [data/missing.csv]\n", "data[0] 'data/missing.csv' is neither among the files"),
+])
+def test_a_bad_manifest_is_refused_before_any_upload(store, tmp_path, manifest, expect):
+    prefix = f"check/bad-{abs(hash(manifest))}"
+    folder = _folder(tmp_path, "bad", manifest, {"other.csv": "t,a\n1,2\n"})
+    code, out = _cli("submit", str(folder), "--prefix", prefix)
+    assert code != 0, out
+    assert "refused" in out and "nothing uploaded" in out and expect in out.replace("\n", " "), out
+    assert _uploaded(store, prefix) == []
+
+
+def test_dry_run_counts_shards_and_prints_the_estimate_without_uploading(store, tmp_path):
+    rows = "t,a,b\n" + "".join(f"{i},{i * 0.5},{i % 3}\n" for i in range(25))
+    folder = _folder(tmp_path, "stats", "payload: channel-stats\ndata: [data/run.csv]\nshard: {rows: 10}\n"
+                     "estimate: {node_seconds_per_shard: 60}\n", {"run.csv": rows})
+    code, out = _cli("submit", str(folder), "--prefix", "check/dry", "--dry-run")
+    assert code == 0, out
+    assert "ok incoming/check/dry/stats/job.yaml: channel-stats on pool cpu, 3 shard(s); estimate 180 node-s = $" in \
+        out, out
+    assert "dry run: nothing uploaded" in out
+    assert _uploaded(store, "check/dry") == []
+
+
+def test_wait_follows_the_job_to_its_report(store, azurite, tmp_path, monkeypatch):
+    pipeline_env(monkeypatch, azurite.connection_string, tmp_path)
+    folder = _folder(tmp_path, "waited",
+                     "payload: logistic\nparams: {steps: 200, burn_in: 10}\ngrid: {r: [3.2, 3.5]}\n")
+    import handlers.context
+
+    handlers.context.settings()  # configures logging now, not on a host thread while the CLI's stderr is swapped
+    with running_host(azurite.connection_string, tmp_path):
+        code, out = _cli("submit", str(folder), "--prefix", "check/wait", "--wait", "--timeout", "120")
+    assert code == 0, out
+    assert "estimate" in out and "uploaded" in out
+    assert out.strip().splitlines()[-1].endswith(": succeeded"), out
