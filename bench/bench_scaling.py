@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from upwell.pools.base import PoolSpec
 from upwell.scale import policy as scaling
 from upwell.scale import simulate as sim
-from upwell.scale.pools.base import PoolSpec
 
 BASELINES = ("batch-formula", "keda", "keda-all")
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from upwell.messages import WorkItem
-from upwell.params import TrainParams
+from upwell.payloads.models import TrainParams
 from workers.launch import run_payload
 from workers.payloads.train import Dist, batches, build_model, build_optimizer, load_data
 

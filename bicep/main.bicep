@@ -364,7 +364,7 @@ var gpuImage = '${registry.outputs.loginServer}/upwell-gpu:${imageTag}'
 // docker options of the agent container per pool: host networking (MPI, IMDS),
 // GPUs for the gpu pool. The images' entrypoint (workers/docker/entrypoint.sh)
 // runs a full command line as written, so the start task's command is not
-// appended to the agent (the same holds for upwell.scale.pools.build_batch's pools).
+// appended to the agent (the same holds for upwell.pools.build_batch's pools).
 var cpuRunOptions = '--rm --network host'
 var mpiRunOptions = '--rm --network host --ipc host'
 var gpuRunOptions = '--rm --network host --ipc host --gpus all'
@@ -445,8 +445,8 @@ module vmss 'modules/vmss.bicep' = if (enableVmss) {
 }
 
 // UPWELL_POOLS: one entry per pool in upwell/names.py POOLS. The keys are
-// upwell.scale.pools.base.PoolSpec fields; `options` is what each backend reads
-// (upwell/scale/pools/build_batch.py, build_vmss.py, azure_common.py). The worker
+// upwell.pools.base.PoolSpec fields; `options` is what each backend reads
+// (upwell/pools/build_batch.py, build_vmss.py, azure_common.py). The worker
 // identity, registry and storage account let the scaler re-create a pool that
 // was deleted; `tags` go on anything it creates, so the expiry tag finds it.
 var batchAccountUrl = 'https://${batch.outputs.accountEndpoint}'

@@ -80,7 +80,7 @@ def pipeline_env(monkeypatch, connection: str, state_dir: Path, **extra: str) ->
 def running_host(connection: str, state_dir: Path):
     """A DevHost on the real function_app; on exit it stops and every local worker is closed."""
     from upwell.local.devhost.host import DevHost
-    from upwell.scale.pools.process import LocalPool
+    from upwell.pools.process import LocalPool
 
     host = DevHost("function_app:app", connection_string=connection, host_json=REPO / "host.json",
                    poll_interval=0.3, port=0, script_root=REPO, shutdown_grace=10)

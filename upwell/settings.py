@@ -14,7 +14,7 @@ from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec
 
 # Local pools are priced as the VM sizes that bicep/main.bicep deploys by default (cpuVmSize, mpiVmSize,
 # gpuVmSize), so a local report's "the same on Azure" is what the default deployment would cost.

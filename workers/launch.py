@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from upwell import logs, registry
+from upwell import logs
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
+from upwell.payloads import builtin as registry
 from workers import warm
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, ITEM_FILE, METRICS_FILE, read_progress
 

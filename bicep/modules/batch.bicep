@@ -1,10 +1,10 @@
 // Batch account in user-subscription mode (VMs land in this subscription, so
 // they carry our tags and count against our quota, and spot is priced as plain
 // spot VMs) and one pool per upwell pool. Every pool starts at 0 nodes with
-// autoscale off: upwell's scaler (upwell.scale.pools.batch) resizes them through the
+// autoscale off: upwell's scaler (upwell.pools.batch) resizes them through the
 // Batch data plane. Each node's start task runs the agent container, which
 // pulls work from the pool's queue until the node is taken away. The pool body
-// mirrors upwell.scale.pools.build_batch.pool_body, which the scaler uses if it ever
+// mirrors upwell.pools.build_batch.pool_body, which the scaler uses if it ever
 // has to re-create a pool.
 
 param name string
@@ -129,7 +129,7 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
         registry: registry
         workingDirectory: 'ContainerImageDefault'
       }
-      // The agent's environment (upwell.scale.pools.azure_common.agent_env): identity-based
+      // The agent's environment (upwell.pools.azure_common.agent_env): identity-based
       // storage through the worker identity; no key.
       environmentSettings: [
         {

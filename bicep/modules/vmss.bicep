@@ -1,6 +1,6 @@
 // Optional CPU worker pool on a VM scale set of spot VMs (eviction: Delete, so an
 // evicted node stops costing money at once). Capacity starts at 0; upwell's
-// scaler (upwell.scale.pools.vmss) raises sku.capacity and deletes idle instances, so
+// scaler (upwell.pools.vmss) raises sku.capacity and deletes idle instances, so
 // its identity needs rights on this one scale set only. Nodes boot the agent
 // container from vmss-cloud-init.yaml. The scaler looks for `<scale_set>-spot`
 // (spot) or `<scale_set>` (regular): main.bicep names this resource to match.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Collection
 
-from upwell.scale.pools.base import WorkerPool
+from upwell.pools.base import WorkerPool
 
 
 def with_busy(pool: WorkerPool, busy: Collection[str] | None) -> WorkerPool:

@@ -9,9 +9,8 @@ from azure.core.exceptions import HttpResponseError
 from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.ops.tags import expires
-from upwell.scale.pools import make_pool
-from upwell.scale.pools.base import NodeState, PoolSpec
-
+from upwell.pools import make_pool
+from upwell.pools.base import NodeState, PoolSpec
 
 GROUPS = r"/subscriptions/s1/resourceGroups/rg/providers/Microsoft\.ContainerInstance/containerGroups"
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"

@@ -7,9 +7,9 @@ import pytest
 
 from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
-from upwell.scale.pools import make_pool
-from upwell.scale.pools.base import NodeState, PoolSpec
-from upwell.scale.pools.build_batch import mpi_task
+from upwell.pools import make_pool
+from upwell.pools.base import NodeState, PoolSpec
+from upwell.pools.build_batch import mpi_task
 
 
 def R(status=200, body=None, headers=None):  # a reply, as the server takes it

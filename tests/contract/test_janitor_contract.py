@@ -16,7 +16,6 @@ from upwell.ops import janitor as J
 from upwell.ops import tags as T
 from upwell.storage import Storage
 
-
 RG = "/subscriptions/s1/resourceGroups/rg"
 CP, NP = rf"{RG}/providers/Microsoft\.Compute", rf"{RG}/providers/Microsoft\.Network"
 TAGS = {T.PROJECT: "ocean", T.OWNER: "lead", T.EXPIRES: "2099-01-01"}

@@ -22,10 +22,10 @@ from upwell.payloads.argv import container_run
 from upwell.payloads.params import validate
 from upwell.payloads.registry import builtins
 from upwell.payloads.validate import load
-from upwell.scale.pools import make_pool
-from upwell.scale.pools.build_aci import payload_group
-from upwell.scale.pools.build_batch import payload_task
-from upwell.scale.pools.build_vmss import payload_command
+from upwell.pools import make_pool
+from upwell.pools.build_aci import payload_group
+from upwell.pools.build_batch import payload_task
+from upwell.pools.build_vmss import payload_command
 from workers.runner import run_definition
 
 IMAGE = "labcr.azurecr.io/tools/echo@sha256:" + "7a" * 32

@@ -3,8 +3,6 @@ scale interval (one Autoscaler.adapt), on real Azurite."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.contract.test_batch_contract import ARM_POOL, A, R, spec
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.results.status import job_status

@@ -11,9 +11,8 @@ from azure.core.exceptions import HttpResponseError
 from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.ops.tags import expires
-from upwell.scale.pools import make_pool
-from upwell.scale.pools.base import NodeState, PoolSpec
-
+from upwell.pools import make_pool
+from upwell.pools.base import NodeState, PoolSpec
 
 SETS = r"/subscriptions/s1/resourceGroups/rg/providers/Microsoft\.Compute/virtualMachineScaleSets"
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"

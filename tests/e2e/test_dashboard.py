@@ -22,7 +22,6 @@ from upwell.ingest.ingestor import job_id_for
 from upwell.ops import dashboard
 from upwell.storage import Storage
 
-
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -14,7 +14,6 @@ from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import Ledger
 from upwell.storage import Storage
 
-
 SWEEP = b"""name: e2e sweep
 payload: logistic
 params: {steps: 500, burn_in: 100, sleep_s: 0.3}

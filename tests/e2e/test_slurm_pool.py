@@ -1,5 +1,5 @@
 """The Slurm pool against a real Slurm: Debian's slurmctld and two slurmd (``slurmd -N``) on this
-machine, auth/none, free ports, everything in a temp folder (upwell.local.slurm.LocalSlurm).
+machine, auth/none, free ports, everything in a temp folder (upwell.local.slurm_cluster.LocalSlurm).
 
 A missing Slurm FAILS these tests with how to install it (``make slurm``); they never skip.
 Each test keeps its work tiny: the machine has two cores shared with other work.
@@ -18,10 +18,10 @@ from tests.pipeline_helpers import pipeline_env, running_host, wait_for, wait_re
 from upwell import names
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
-from upwell.local.slurm import LocalSlurm, SlurmUnavailable
-from upwell.scale.pools import make_pool
-from upwell.scale.pools.base import NodeState, PoolSpec
-from upwell.scale.pools.slurm import FINISHED, SlurmPool
+from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
+from upwell.pools import make_pool
+from upwell.pools.base import NodeState, PoolSpec
+from upwell.pools.slurm import FINISHED, SlurmPool
 from upwell.settings import Settings
 from upwell.storage import Storage
 

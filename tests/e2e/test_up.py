@@ -12,8 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.pipeline_helpers import POOLS, live_worker_pids, wait_reported
 from tests.thirdparty_put import put_blob
 from upwell.ingest.ingestor import job_id_for

@@ -173,7 +173,7 @@ class HostProcess:
 
 
 def close_workers(stack: Stack) -> None:
-    from upwell.scale.pools.process import LocalPool
+    from upwell.pools.process import LocalPool
     from upwell.settings import Settings
 
     for spec in Settings.from_env(stack.env).pools.values():

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
-
 from tests.faults import harness
 from upwell import names
 from upwell.ledger import Ledger

@@ -16,8 +16,6 @@ import signal
 import threading
 import time
 
-import pytest
-
 from tests.faults import harness
 from tests.pipeline_helpers import live_worker_pids
 from upwell import names

@@ -145,8 +145,8 @@ def test_slots_default_to_one_and_follow_the_environment(monkeypatch):
     assert AgentConfig(pool="cpu").slots == 1
     monkeypatch.setenv("UPWELL_SLOTS", "3")
     assert AgentConfig.from_env("cpu").slots == 3
-    from upwell.scale.pools.azure_common import agent_env
-    from upwell.scale.pools.base import PoolSpec, agent_slots
+    from upwell.pools.azure_common import agent_env
+    from upwell.pools.base import PoolSpec, agent_slots
 
     assert agent_slots(PoolSpec("cpu", tasks_per_node=4)) == 4 and agent_env(PoolSpec("cpu", tasks_per_node=4))[
         "UPWELL_SLOTS"] == "4"

@@ -10,9 +10,9 @@ import pytest
 
 from upwell import names
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.pools.base import NodeState, PoolSpec
+from upwell.pools.stub import StubPool
 from upwell.scale.autoscaler import Autoscaler
-from upwell.scale.pools.base import NodeState, PoolSpec
-from upwell.scale.pools.stub import StubPool
 from upwell.settings import Settings
 from upwell.storage import Storage
 
@@ -139,7 +139,7 @@ def test_pool_keywords_are_explicit():
     import inspect
 
     from upwell.errors import ConfigError
-    from upwell.scale.pools import KEYWORDS, POOLS, backend_class, make_pool
+    from upwell.pools import KEYWORDS, POOLS, backend_class, make_pool
 
     assert set(KEYWORDS) == set(POOLS)
     for backend in POOLS:
@@ -156,13 +156,13 @@ def test_unknown_native_state_is_logged_once(monkeypatch):
     import sys
 
     from upwell import logs
-    from upwell.scale.pools import base
+    from upwell.pools import base
 
     out = io.StringIO()
     monkeypatch.setattr(sys, "stderr", out)
     logs.configure(pretty=False)  # binds the renderer to the current stderr
     try:
-        monkeypatch.setattr(base, "log", logs.get("upwell.scale.pools"))
+        monkeypatch.setattr(base, "log", logs.get("upwell.pools"))
         pool = StubPool(PoolSpec("stubby", backend="stub"))
         assert pool.node_state("Idle") is NodeState.IDLE
         assert pool.node_state("Hibernating") is NodeState.UNKNOWN

@@ -25,8 +25,8 @@ from azure.storage.queue import QueueServiceClient
 
 from upwell.local.devhost import DevHost
 from upwell.local.devhost.blobqueue import queue_settings
+from upwell.local.devhost.clients import HostStorage
 from upwell.local.devhost.publisher import EventFaults
-from upwell.local.devhost.storage import HostStorage
 from upwell.local.devhost.subscriptions import NO_RETRY_STATUS, read_template
 from upwell.local.devhost.webhook import blob_trigger_message, system_key
 from upwell.names import BLOB_POISON_QUEUE, EVENTGRID_DEADLETTER, HOST_RECEIPTS, blob_trigger_queue

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from upwell.messages import WorkItem
-from upwell.params import HeatParams
+from upwell.payloads.models import HeatParams
 from workers.launch import run_payload
 from workers.payloads.heat import Grid, solve_serial, split
 

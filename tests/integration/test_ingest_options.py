@@ -16,7 +16,6 @@ from upwell.settings import Settings
 from upwell.storage import Storage
 from workers.payloads.channel_stats import channel_stats
 
-
 BUOY = (b"# buoy 7, firmware 2.1\n# sampled at 2 Hz\ntime;heave;pitch\n"
         b"0.0;0.10;1.0\n0.5;n/a;2.0\n1.0;;3.0\n1.5;0.40;NaN\n2.0;0.50;5.0\n")
 RULES = {

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from rich.console import Console
 
 from upwell.local import demo, owner

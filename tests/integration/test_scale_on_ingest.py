@@ -10,7 +10,7 @@ import pytest
 from tests.pipeline_helpers import module_azurite, pipeline_env
 from upwell import names
 from upwell.local.devhost.app import load_functions
-from upwell.scale.pools.process import LocalPool
+from upwell.pools.process import LocalPool
 from upwell.settings import Settings
 from upwell.storage import Storage
 

@@ -57,7 +57,7 @@ def test_a_work_item_cannot_carry_a_command():
 
 def test_the_command_line_comes_from_the_registry_only(tmp_path):
     """Parameters reach the payload through item.json, never through its command line."""
-    from upwell import registry
+    from upwell.payloads import builtin as registry
     from workers.launch import build_command
 
     hostile = "$(touch /tmp/upwell-owned); `id` && rm -rf / --workdir /etc"

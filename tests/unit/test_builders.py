@@ -13,9 +13,9 @@ from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
 from upwell.errors import ConfigError, PoolError, PoolErrorKind
 from upwell.ops.tags import expires
-from upwell.scale.pools import POOLS, backend_class, build_aci, build_batch, build_vmss, make_pool
-from upwell.scale.pools.azure_errors import classify, describe_resize_errors, pool_error, quota_detail
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools import POOLS, backend_class, build_aci, build_batch, build_vmss, make_pool
+from upwell.pools.azure_errors import classify, describe_resize_errors, pool_error, quota_detail
+from upwell.pools.base import PoolSpec
 
 IDENTITY = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/w"
 BASE = {"image": "lab.azurecr.io/upwell-worker:2", "identity_id": IDENTITY, "identity_client_id": "cid",
@@ -39,7 +39,7 @@ def test_pools_registry_is_a_plain_dict_resolved_lazily():
 
 
 def test_importing_pools_does_not_import_azure_sdks():
-    code = ("import sys, upwell.scale.pools; "
+    code = ("import sys, upwell.pools; "
             "print(any(m.startswith(('azure.batch', 'azure.mgmt.compute', 'azure.mgmt.containerinstance')) "
             "for m in sys.modules))")
     import subprocess

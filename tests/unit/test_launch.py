@@ -16,10 +16,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from upwell import registry
 from upwell.cli import app
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
+from upwell.payloads import builtin as registry
 from workers import launch
 from workers.launch import build_command, run_payload
 

@@ -1,7 +1,7 @@
 """What the code reads is what the templates create and set.
 
 upwell/names.py holds the storage, connection and app-setting names; the
-handlers hold the blob triggers; upwell.scale.pools builds the agent's environment.
+handlers hold the blob triggers; upwell.pools builds the agent's environment.
 bicep/ must create and set exactly those (parsed with pycep in .venv-iac, then
 compared here). A second test scans templates and code for key material:
 account keys, SAS tokens and key-listing calls.
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from upwell import names
-from upwell.scale.pools import azure_common
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools import azure_common
+from upwell.pools.base import PoolSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bicep" / "tools"))
@@ -143,12 +143,12 @@ def test_upwell_pools_match_poolspec(main_vars):
 def test_batch_pools_are_the_upwell_pools(main_vars):
     batch_pools = {main_vars[v]["pool"]: main_vars[v]["id"] for v in ("cpuBatchPool", "mpiBatchPool", "gpuBatchPool")}
     assert set(batch_pools) == set(names.POOLS)
-    # upwell.scale.pools.build_batch names a pool upwell-<pool> unless options.pool_id says otherwise.
+    # upwell.pools.build_batch names a pool upwell-<pool> unless options.pool_id says otherwise.
     assert all(pool_id == f"upwell-{pool}" for pool, pool_id in batch_pools.items())
 
 
 def test_agent_environment_matches_the_code(trees):
-    """Batch start task and scale-set boot script give the agent what upwell.scale.pools gives it."""
+    """Batch start task and scale-set boot script give the agent what upwell.pools gives it."""
     spec = PoolSpec("cpu", backend="batch", vm_size="Standard_D4s_v5",
                     options={"identity_client_id": "x", "storage_account": "y", "image": "r.azurecr.io/i"})
     expected = set(azure_common.agent_env(spec))

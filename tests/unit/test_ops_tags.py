@@ -6,8 +6,8 @@ import json
 from datetime import UTC, date, datetime
 
 from upwell.ops import tags
-from upwell.scale.pools import build_aci, build_batch, build_vmss
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools import build_aci, build_batch, build_vmss
+from upwell.pools.base import PoolSpec
 
 OPTS = {"image": "lab.azurecr.io/upwell-worker:2", "subscription_id": "s", "resource_group": "rg",
         "account_name": "ba", "location": "eastus", "subnet_id": "/sub/net", "ssh_public_key": "ssh-ed25519 AAAA",

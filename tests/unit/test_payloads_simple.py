@@ -98,8 +98,8 @@ def test_a_failed_write_leaves_the_old_file(tmp_path):
 def test_sample_manifests_validate_point_by_point(sample):
     from pathlib import Path
 
-    from upwell import registry
     from upwell.ingest import manifests
+    from upwell.payloads import builtin as registry
 
     path = Path(__file__).resolve().parents[2] / sample
     manifest = manifests.load_manifest(path.read_bytes(), sample)

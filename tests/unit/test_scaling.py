@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from upwell.pools.base import PoolSpec
 from upwell.scale.policy import (
     Decision,
     Observation,
@@ -19,7 +20,6 @@ from upwell.scale.policy import (
     split,
     target,
 )
-from upwell.scale.pools.base import PoolSpec
 
 SPEC = PoolSpec("cpu", max_nodes=20, max_step=10, scale_down_votes=3, cooldown_s=120, activation_threshold=1)
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from upwell.pools.base import PoolSpec
 from upwell.scale import simulate as sim
 from upwell.scale.policy import Observation, PolicyState, decide, drain
-from upwell.scale.pools.base import PoolSpec
 
 
 @pytest.mark.parametrize("name", sim.DEFAULT_TRACES)

@@ -9,11 +9,11 @@ import subprocess
 import pytest
 
 from upwell.errors import ConfigError, PoolError, PoolErrorKind
-from upwell.local.slurm import slurm_conf
-from upwell.scale.pools import backend_class
-from upwell.scale.pools import build_slurm as build
-from upwell.scale.pools.base import NodeState, PoolSpec
-from upwell.scale.pools.slurm import SlurmPool, translate_error
+from upwell.local.slurm_cluster import slurm_conf
+from upwell.pools import backend_class
+from upwell.pools import build_slurm as build
+from upwell.pools.base import NodeState, PoolSpec
+from upwell.pools.slurm import SlurmPool, translate_error
 
 
 def spec(**options) -> PoolSpec:
@@ -270,7 +270,7 @@ def test_parse_rest_jobs_like_squeue():
 
 
 def test_a_missing_slurm_says_how_to_install_it(monkeypatch):
-    from upwell.local.slurm import SlurmUnavailable, find
+    from upwell.local.slurm_cluster import SlurmUnavailable, find
 
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SlurmUnavailable, match=r"make slurm.*apt-get install -y slurm-wlm slurmrestd"):
@@ -284,7 +284,7 @@ def test_rest_client_sends_the_user_and_the_token_from_its_env_var():
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    from upwell.scale.pools.slurm import RestDriver
+    from upwell.pools.slurm import RestDriver
 
     seen: list[tuple[str, str, dict, bytes]] = []
 

@@ -28,9 +28,10 @@ from typing import Any
 
 import typer
 
-from upwell import names, registry
+from upwell import names
 from upwell.errors import InputRejected, TransientError, UpwellError
 from upwell.messages import WorkItem
+from upwell.payloads import builtin as registry
 
 payload_app = typer.Typer(no_args_is_help=True, help="Run and inspect the registered payloads.")
 EXIT_CODES = {"succeeded": 0, "preempted": registry.EXIT_PREEMPTED, "failed": 1}

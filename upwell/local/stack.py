@@ -116,7 +116,7 @@ class LocalStack:
             proc.wait(5)
 
     def stop_workers(self) -> None:
-        from upwell.scale.pools.process import LocalPool
+        from upwell.pools.process import LocalPool
 
         settings = Settings.from_env(self.env)
         for spec in settings.pools.values():

@@ -12,7 +12,7 @@ import json
 import os
 
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec
 
 
 def with_workers(pools: dict[str, PoolSpec], text: str | None) -> dict[str, PoolSpec]:

@@ -125,7 +125,7 @@ class Janitor:
 
     # -- clients ----------------------------------------------------------------------
     def _cred(self):
-        from upwell.scale.pools.azure_common import credential
+        from upwell.pools.azure_common import credential
 
         self._credential = credential(self._credential)
         return self._credential
@@ -359,7 +359,7 @@ class Janitor:
         failed) and end its Batch job, if it has one."""
         self.ledger.update_job(f.resource, killed_at=now_iso(), killed_reason=f.reason, message=f.reason)
         if self.batch_url:
-            from upwell.scale.pools.build_batch import batch_job_id
+            from upwell.pools.build_batch import batch_job_id
 
             try:
                 self._terminate(batch_job_id(f.resource), f.reason.removeprefix("killed: ")).result()

@@ -2,7 +2,7 @@
 
 Unknown names are refused, defaults are filled in, and every error names the
 field (``params.temperature``). Built-in Python payloads are also checked by their
-pydantic models in ``upwell.params`` (cross-field rules such as Welch's overlap).
+pydantic models in ``upwell.payloads.models`` (cross-field rules such as Welch's overlap).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from upwell import params as P
 from upwell.errors import InputRejected
+from upwell.payloads import models as P
 from upwell.payloads.definition import Definition, Param
 
 MAX_STR = 1 << 16  # the manifest limit max_param_bytes (16 KiB) is usually met first

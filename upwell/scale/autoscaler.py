@@ -23,9 +23,9 @@ from azure.data.tables import UpdateMode
 from upwell import logs, names
 from upwell.errors import BudgetExceeded, ConfigError, Conflict, PoolError
 from upwell.ledger import Ledger
+from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.rows import ACTIVE_JOB, JobRow, JobState, ShardRow
 from upwell.scale import policy as scaling
-from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.settings import Settings
 from upwell.storage import Storage, storage_error
 from upwell.timeutil import now_iso, parse_iso
@@ -73,7 +73,7 @@ class Autoscaler:
 
     def pool(self, spec: PoolSpec) -> WorkerPool:
         if spec.name not in self.pools:
-            from upwell.scale.pools import make_pool
+            from upwell.pools import make_pool
 
             self.pools[spec.name] = make_pool(spec, **self.pool_ctx)
         return self.pools[spec.name]

@@ -36,8 +36,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from upwell.pools.base import PoolSpec
 from upwell.scale.policy import Observation, PolicyState, decide, split
-from upwell.scale.pools.base import PoolSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from upwell.scale.simulate import Sim

@@ -44,7 +44,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec
 
 # The preemption rate (preemptions / spot nodes exposed in the window) above
 # which the spot share is halved; spec.options["preemption_threshold"] overrides.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from upwell.params import ChannelStatsParams
+from upwell.payloads.models import ChannelStatsParams
 from workers.payloads.common import EXIT_OK, BadInput, Context, run_main, write_metrics
 
 BLOCK_BYTES = 4 << 20

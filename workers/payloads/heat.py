@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from upwell.params import HeatParams
+from upwell.payloads.models import HeatParams
 from workers.payloads.common import (
     EXIT_OK,
     EXIT_PREEMPTED,

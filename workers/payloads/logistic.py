@@ -13,7 +13,7 @@ import math
 import sys
 import time
 
-from upwell.params import LogisticParams
+from upwell.payloads.models import LogisticParams
 from workers.payloads.common import (
     EXIT_FAILED,
     EXIT_OK,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from upwell.params import TrainParams
+from upwell.payloads.models import TrainParams
 from workers.payloads.common import (
     EXIT_OK,
     EXIT_PREEMPTED,

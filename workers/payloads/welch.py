@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from upwell.params import WelchParams
+from upwell.payloads.models import WelchParams
 from workers.payloads.channel_stats import header
 from workers.payloads.common import EXIT_OK, BadInput, Context, atomic_write, run_main, write_metrics
 

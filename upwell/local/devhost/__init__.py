@@ -23,10 +23,10 @@ Run it with ``python -m upwell.local.devhost``; in tests, use ``DevHost``.
 """
 
 from upwell.local.devhost.app import FunctionSpec, load_functions
+from upwell.local.devhost.clients import MessageCodec
 from upwell.local.devhost.config import AppSettings, HostConfig, QueueSettings, load_local_settings
 from upwell.local.devhost.host import DevHost
 from upwell.local.devhost.invoke import InvocationRecord, Outcome
-from upwell.local.devhost.storage import MessageCodec
 
 __all__ = ["AppSettings", "DevHost", "FunctionSpec", "HostConfig", "InvocationRecord", "MessageCodec", "Outcome",
            "QueueSettings", "load_functions", "load_local_settings"]

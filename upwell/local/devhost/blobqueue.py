@@ -28,11 +28,11 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.blobs import BlobPath, blob_properties
+from upwell.local.devhost.clients import HostStorage, MessageCodec
 from upwell.local.devhost.config import QueueSettings
 from upwell.local.devhost.invoke import Invoker, blob_trigger_argument
 from upwell.local.devhost.queues import Lease, QueueListener
 from upwell.local.devhost.renewer import Renewer
-from upwell.local.devhost.storage import HostStorage, MessageCodec
 from upwell.names import BLOB_POISON_QUEUE
 
 log = structlog.get_logger("upwell.local.devhost")

@@ -38,6 +38,7 @@ from azure.storage.blob import BlobClient, BlobLeaseClient, BlobProperties
 from upwell import logs
 from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec
+from upwell.local.devhost.clients import HostStorage, MessageCodec, create_container
 from upwell.local.devhost.config import QueueSettings
 from upwell.local.devhost.invoke import (
     Invoker,
@@ -47,7 +48,6 @@ from upwell.local.devhost.invoke import (
     split_blob_path,
 )
 from upwell.local.devhost.renewer import Renewer
-from upwell.local.devhost.storage import HostStorage, MessageCodec, create_container
 from upwell.names import BLOB_POISON_QUEUE, HOST_RECEIPTS
 
 log = logs.get("upwell.local.devhost")

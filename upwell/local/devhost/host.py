@@ -24,12 +24,12 @@ from upwell.errors import ConfigError
 from upwell.local.devhost.app import FunctionSpec, load_functions
 from upwell.local.devhost.blobqueue import BlobQueueListener, Registration, queue_settings
 from upwell.local.devhost.blobs import BlobListener, BlobPath
+from upwell.local.devhost.clients import Connections, HostStorage, MessageCodec
 from upwell.local.devhost.config import DEFAULT_CONNECTION, AppSettings, HostConfig
 from upwell.local.devhost.invoke import InvocationRecord, Invoker
 from upwell.local.devhost.publisher import FAULTS_SETTING, EventFaults, Publisher, http_sender
 from upwell.local.devhost.queues import QueueListener
 from upwell.local.devhost.renewer import Renewer
-from upwell.local.devhost.storage import Connections, HostStorage, MessageCodec
 from upwell.local.devhost.subscriptions import read_template
 from upwell.local.devhost.timers import TimerListener
 from upwell.local.devhost.web import HttpServer

@@ -28,8 +28,8 @@ from azure.functions.blob import InputStream
 
 from upwell import logs
 from upwell.local.devhost.app import RETURN, FunctionSpec
+from upwell.local.devhost.clients import HostStorage, MessageCodec
 from upwell.local.devhost.config import AppSettings
-from upwell.local.devhost.storage import HostStorage, MessageCodec
 
 log = logs.get("upwell.local.devhost")
 _EXPRESSION = re.compile(r"\{([^{}]+)\}")

@@ -48,7 +48,7 @@ import structlog
 from azure.core.exceptions import ResourceNotFoundError
 
 from upwell.errors import ConfigError
-from upwell.local.devhost.storage import HostStorage
+from upwell.local.devhost.clients import HostStorage
 from upwell.local.devhost.subscriptions import NO_RETRY_STATUS, Subscription
 from upwell.local.devhost.webhook import PATH
 from upwell.names import LOCAL_EVENTGRID_STATE

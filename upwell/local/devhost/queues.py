@@ -28,10 +28,10 @@ from azure.storage.queue import QueueMessage
 from upwell import logs
 from upwell.lease import Lease
 from upwell.local.devhost.app import FunctionSpec
+from upwell.local.devhost.clients import HostStorage, MessageCodec
 from upwell.local.devhost.config import QueueSettings
 from upwell.local.devhost.invoke import Invoker
 from upwell.local.devhost.renewer import Renewer
-from upwell.local.devhost.storage import HostStorage, MessageCodec
 from upwell.names import poison_queue
 
 log = logs.get("upwell.local.devhost")

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import structlog
 from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
-from upwell.local.devhost.storage import HostStorage, MessageCodec, create_container
+from upwell.local.devhost.clients import HostStorage, MessageCodec, create_container
 from upwell.names import HOST_SECRETS, blob_trigger_queue
 
 log = structlog.get_logger("upwell.local.devhost")

@@ -22,7 +22,7 @@ from typing import Any
 from upwell import cost, logs
 from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
-from upwell.results.figures import definition as definition_figures
+from upwell.results.figures import declared as definition_figures
 from upwell.results.report import gantt, plots
 from upwell.results.report.model import ShardView, merge
 from upwell.results.report.render import render

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from upwell import REPO
-from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
+from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
 
 REPO = REPO
 _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process

@@ -19,8 +19,8 @@ import secrets
 
 from upwell.errors import ConfigError
 from upwell.payloads.argv import ContainerRun
-from upwell.scale.pools import azure_common as az
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools import azure_common as az
+from upwell.pools.base import PoolSpec
 
 GPU_SKUS = ("V100", "P100", "K80")
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from upwell import logs
+from upwell.pools import azure_common as az
+from upwell.pools import build_aci as build
+from upwell.pools.azure_errors import pool_error
+from upwell.pools.base import Busy, NodeState, PoolStatus
 from upwell.scale.policy import split
-from upwell.scale.pools import azure_common as az
-from upwell.scale.pools import build_aci as build
-from upwell.scale.pools.azure_errors import pool_error
-from upwell.scale.pools.base import Busy, NodeState, PoolStatus
 
-log = logs.get("upwell.scale.pools.aci")
+log = logs.get("upwell.pools.aci")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
 _FINISHED = (NodeState.STOPPING, NodeState.FAILED)
 

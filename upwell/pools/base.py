@@ -2,7 +2,7 @@
 
 A backend translates its native node states into NodeState through its own
 ``translate_table`` and implements ``scale_to``, ``status``, and where it has them
-``quota`` and ``close``. ``upwell.scale.pools.stub.StubPool`` keeps the contract in memory.
+``quota`` and ``close``. ``upwell.pools.stub.StubPool`` keeps the contract in memory.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from upwell import logs
 
-log = logs.get("upwell.scale.pools")
+log = logs.get("upwell.pools")
 
 
 class NodeState(str, Enum):
@@ -101,7 +101,7 @@ class WorkerPool(abc.ABC):
     - every failure of the backend raises PoolError (upwell.errors), never an SDK error;
     - ``node_state`` maps a native state through ``translate_table``; one it does not know is
       UNKNOWN and logged once per pool;
-    - constructors take explicit keywords only (see upwell.scale.pools.KEYWORDS).
+    - constructors take explicit keywords only (see upwell.pools.KEYWORDS).
 
     The busy set is observed once per scale run by the caller (the Autoscaler reads the
     ledger) and passed in: a backend never reads the ledger itself.

@@ -26,8 +26,8 @@ import shlex
 from typing import Any
 
 from upwell.payloads.argv import ContainerRun
-from upwell.scale.pools import azure_common as az
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools import azure_common as az
+from upwell.pools.base import PoolSpec
 
 # Ubuntu with Docker and, for GPU sizes, NVIDIA drivers and the container toolkit.
 CPU_IMAGE = {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server", "version": "latest"}

@@ -8,7 +8,7 @@ what the caller has to offer for every pool it may build; each backend gets the
 keywords it declares in KEYWORDS, and a keyword that no backend declares (a typo)
 raises ConfigError:
 
-- local: ``state_dir``, ``idle_exit_s``, ``env`` (see upwell.scale.pools.process);
+- local: ``state_dir``, ``idle_exit_s``, ``env`` (see upwell.pools.process);
 - batch (also ``arm_client``), vmss, aci: ``credential`` (an azure-core TokenCredential; default
   DefaultAzureCredential, or ManagedIdentityCredential when
   ``spec.options["identity_client_id"]``/AZURE_CLIENT_ID names one), ``client``
@@ -16,7 +16,7 @@ raises ConfigError:
   client: base_url, retry and polling settings, extra policies);
 - slurm: ``state_dir``, ``idle_exit_s``, ``env`` (the Slurm commands' environment,
   e.g. SLURM_CONF) and ``client`` (a callable that runs a Slurm
-  command; see upwell.scale.pools.slurm).
+  command; see upwell.pools.slurm).
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from __future__ import annotations
 import importlib
 
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 
 POOLS: dict[str, str] = {
-    "local": "upwell.scale.pools.process:LocalPool",
-    "batch": "upwell.scale.pools.batch:BatchPool",
-    "vmss": "upwell.scale.pools.vmss:VmssPool",
-    "aci": "upwell.scale.pools.aci:AciPool",
-    "slurm": "upwell.scale.pools.slurm:SlurmPool",
+    "local": "upwell.pools.process:LocalPool",
+    "batch": "upwell.pools.batch:BatchPool",
+    "vmss": "upwell.pools.vmss:VmssPool",
+    "aci": "upwell.pools.aci:AciPool",
+    "slurm": "upwell.pools.slurm:SlurmPool",
 }
 
 # The keywords each backend's constructor takes (tests/integration/test_autoscaler.py checks them

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from upwell import REPO
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec
 
 # squeue's fields in a fixed order; the comment is last because only it could hold the separator.
 SQUEUE_FORMAT = "%i|%T|%P|%N|%r|%j|%k"
@@ -143,7 +143,7 @@ def directives(spec: PoolSpec, *, spot: bool = False) -> list[str]:
 def agent_env(spec: PoolSpec, *, idle_exit_s: float, state_dir: str | None = None,
               spot: bool = False) -> dict[str, str]:
     """What the agent needs beyond the submitter's environment: settings, never a key."""
-    from upwell.scale.pools.azure_common import agent_env as cloud_env
+    from upwell.pools.azure_common import agent_env as cloud_env
 
     env = {"UPWELL_POOL": spec.name, "UPWELL_VM_SIZE": spec.vm_size,
            "UPWELL_NODE_SPOT": "1" if spot or spec.options.get("spot") else "0",

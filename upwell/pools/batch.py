@@ -23,13 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from upwell import logs
+from upwell.pools import azure_common as az
+from upwell.pools import build_batch as build
+from upwell.pools.azure_errors import describe_resize_errors, pool_error
+from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.scale.policy import split
-from upwell.scale.pools import azure_common as az
-from upwell.scale.pools import build_batch as build
-from upwell.scale.pools.azure_errors import describe_resize_errors, pool_error
-from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
-log = logs.get("upwell.scale.pools.batch")
+log = logs.get("upwell.pools.batch")
 
 # Which nodes go first when the pool shrinks: broken, then booting, then idle.
 _REMOVAL_ORDER = {"starttaskfailed": 0, "unusable": 0, "offline": 0, "preempted": 1, "creating": 2,

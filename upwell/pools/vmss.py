@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from upwell import logs
+from upwell.pools import azure_common as az
+from upwell.pools import build_vmss as build
+from upwell.pools.azure_errors import pool_error
+from upwell.pools.base import Busy, NodeState, PoolStatus
 from upwell.scale.policy import split
-from upwell.scale.pools import azure_common as az
-from upwell.scale.pools import build_vmss as build
-from upwell.scale.pools.azure_errors import pool_error
-from upwell.scale.pools.base import Busy, NodeState, PoolStatus
 
-log = logs.get("upwell.scale.pools.vmss")
+log = logs.get("upwell.pools.vmss")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
 _REMOVAL_ORDER = {NodeState.FAILED: 0, NodeState.UNKNOWN: 1, NodeState.PENDING: 2, NodeState.IDLE: 3}
 

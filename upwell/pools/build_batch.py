@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 from upwell.ops import tags as ops_tags
 from upwell.payloads.argv import ContainerRun
-from upwell.scale.pools import azure_common as az
-from upwell.scale.pools.base import PoolSpec
+from upwell.pools import azure_common as az
+from upwell.pools.base import PoolSpec
 
 POOL_API_VERSION = "2024-07-01"  # Microsoft.Batch ARM API for batchAccounts/pools
 # A Batch-supported Linux image with Docker-compatible runtime and GPU drivers.

@@ -2,7 +2,7 @@
 
 Like a broker's stub in a task queue library, it ships with upwell so that tests
 of the Autoscaler (observe, decide, act, record) need no processes and no cloud.
-It keeps the contract of upwell.scale.pools.base: scale-in removes idle nodes only,
+It keeps the contract of upwell.pools.base: scale-in removes idle nodes only,
 never one in the busy set, and ``scale_to`` raises PoolError when told to fail.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 from upwell.errors import PoolError
-from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 
 class StubPool(WorkerPool):

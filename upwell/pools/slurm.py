@@ -1,6 +1,6 @@
 """The Slurm pool: agents as Slurm jobs, on premises or on an Azure CycleCloud Slurm cluster.
 
-One agent is one job (see upwell.scale.pools.build_slurm for the script and why
+One agent is one job (see upwell.pools.build_slurm for the script and why
 it ``exec``s ``srun``). ``scale_to(n)`` submits jobs with ``sbatch --parsable``
 or removes them: pending jobs are cancelled, idle agents are asked to drain
 (``scancel --signal=USR1``: an agent that took an item in between finishes it),
@@ -33,10 +33,10 @@ from urllib.parse import urlsplit
 
 from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
-from upwell.scale.pools import build_slurm as build
-from upwell.scale.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools import build_slurm as build
+from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
 
-log = logs.get("upwell.scale.pools.slurm")
+log = logs.get("upwell.pools.slurm")
 DRAIN_S = 60.0  # how long a job asked to drain counts as leaving, not alive
 
 # Finished for good: such jobs are no longer part of the pool at all.
@@ -196,7 +196,7 @@ class SlurmPool(WorkerPool):
     def __init__(self, spec: PoolSpec, state_dir: Path | None = None, *, idle_exit_s: float = 120.0,
                  env: dict[str, str] | None = None, client: Callable[..., str] | None = None):
         super().__init__(spec)
-        from upwell.scale.pools.process import default_state_dir
+        from upwell.pools.process import default_state_dir
 
         shared = spec.options.get("state_dir") or state_dir or default_state_dir()
         self.state_dir = Path(shared)

@@ -14,7 +14,7 @@ from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.scale.pools.base import Busy, PoolSpec, WorkerPool, agent_slots
+from upwell.pools.base import Busy, PoolSpec, WorkerPool, agent_slots
 
 _REQUIRED = object()
 ARM_SCOPE = "https://management.azure.com/.default"
@@ -182,7 +182,7 @@ class Pollers:
     def check(self) -> Any:
         from azure.core.exceptions import AzureError
 
-        from upwell.scale.pools.azure_errors import pool_error
+        from upwell.pools.azure_errors import pool_error
 
         still = []
         for action, poller in self.running:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from upwell import params as P
+    from upwell.payloads import models as P
     from upwell.payloads.definition import Definition
 
 
