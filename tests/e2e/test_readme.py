@@ -23,7 +23,8 @@ preceded by a mark that says how it is checked:
 - ``<!-- example: suite -->``: ``make demo`` and ``make test``. They are not run here: ``make test`` runs this
   very test (and every other suite), and ``make demo`` runs every sample end to end for many minutes (its parts
   are tested on their own: ``upwell up`` here and in ``tests/e2e/test_up.py``, the pipeline in
-  ``tests/e2e/test_pipeline.py``, each payload in its own tests). This test checks that the targets exist in the Makefile.
+  ``tests/e2e/test_pipeline.py``, each payload in its own tests).
+  This test checks that the targets exist in the Makefile.
 
 An unmarked ``sh`` block, an unlabelled fence or an unknown mark fails ``test_every_block_is_labelled_and_marked``.
 The ``yaml`` blocks must load as the manifest or pipeline rule they show.
