@@ -396,17 +396,16 @@ def recent(storage: Any, limit: int = 50) -> list[dict]:
 
 def pool_activity(storage: Any) -> Callable[[str, float], bool]:
     """Was a pool busy (backlog, in-flight shards or busy nodes) within the last N minutes? From the
-    scaler's decisions in Table scaling; a pool with no decision in the window counts as idle."""
+    scaler's decisions in the scaling log; a pool with no decision in the window counts as idle."""
     from datetime import timedelta
 
-    table = storage.table(names.SCALE_TABLE)
+    from upwell.scalelog import ScalingLog
+
+    decisions = ScalingLog(storage).decisions
 
     def active(pool: str, minutes: float) -> bool:
         since = (datetime.now(UTC) - timedelta(minutes=minutes)).isoformat(timespec="milliseconds")
-        rows = table.query_entities("PartitionKey eq @p and RowKey ge @a",
-                                    parameters={"p": pool, "a": since.replace("+00:00", "Z")})
-        return any(int(r.get("visible") or 0) + int(r.get("in_flight") or 0) + int(r.get("busy") or 0) > 0
-                   for r in rows if r["RowKey"] != "state")
+        return any(d.backlog + d.busy > 0 for d in decisions(pool, since.replace("+00:00", "Z")))
 
     return active
 
