@@ -33,9 +33,9 @@ from typing import Any
 import yaml
 
 from upwell import logs, names
+from upwell.cost import tags as T
+from upwell.cost import wallclock
 from upwell.errors import ConfigError
-from upwell.ops import tags as T
-from upwell.ops import wallclock
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.ops.janitor")
@@ -256,7 +256,7 @@ class Janitor:
             return
         from datetime import timedelta
 
-        from upwell.ops.costs import spent
+        from upwell.cost.budgets import spent
 
         since = self.now - timedelta(days=self.budget_window_days)
         killed = {f.resource for f in found}
