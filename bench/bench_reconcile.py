@@ -47,7 +47,8 @@ from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import Ledger
 from upwell.local import azurite
 from upwell.ops.changefeed import CONTAINER, Cursor, segment_key
-from upwell.ops.reconcile import CLOCK_SLACK_S, PARTITION, STATE_ROW, Reconciler
+from upwell.ops.reconcile import CLOCK_SLACK_S, Reconciler
+from upwell.scalelog import ScalingLog
 from upwell.settings import Settings
 from upwell.storage import Storage
 
@@ -90,13 +91,13 @@ class State:
     """Save and restore the reconciler's state row, so each repeat starts from the same watermark and cursor."""
 
     def __init__(self, store: Storage) -> None:
-        self.table = store.table(names.SCALE_TABLE)
+        self.log = ScalingLog(store)
 
     def save(self) -> str:
-        return self.table.get_entity(PARTITION, STATE_ROW)["state"]
+        return json.dumps(self.log.reconcile_state())
 
     def restore(self, state: str) -> None:
-        self.table.upsert_entity({"PartitionKey": PARTITION, "RowKey": STATE_ROW, "state": state})
+        self.log.save_reconcile_state(json.loads(state))
 
     def cursor(self, cursor: Cursor) -> None:
         state = json.loads(self.save())

@@ -197,7 +197,7 @@ class JobRow(_Row):
     wait_until: str = ""  # a waiting manifest is rejected after this
     cancelled_at: str = ""
     reruns: int = 0
-    max_wall_clock_s: float | None = None  # the kill switches (upwell.ops.wallclock): the job's limit,
+    max_wall_clock_s: float | None = None  # the kill switches (upwell.cost.wallclock): the job's limit,
     max_shard_wall_clock_s: float | None = None  # one attempt's limit,
     killed_at: str = ""  # and when and why the janitor ended it
     killed_reason: str = ""

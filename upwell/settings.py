@@ -14,7 +14,30 @@ from typing import Any
 
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.pools.base import PoolSpec
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool's configuration, read once from settings (UPWELL_POOLS). Plain data: the backends
+    (``upwell.pools``) and the policy read it; settings never imports a backend."""
+
+    name: str
+    backend: str = "local"
+    vm_size: str = "local"
+    tasks_per_node: int = 1
+    min_nodes: int = 0
+    max_nodes: int = 2
+    spot_share: float = 0.0  # fraction of nodes asked for as spot
+    price_key: str = "local"
+    activation_threshold: int = 1
+    max_step: int = 10
+    scale_down_votes: int = 3
+    cooldown_s: float = 60.0
+    budget_usd: float | None = None
+    max_wall_clock_s: float | None = None  # a job on this pool runs at most this long (the kill switch)
+    max_shard_wall_clock_s: float | None = None  # one attempt of a shard runs at most this long
+    options: dict = field(default_factory=dict)  # backend-specific: image, identity, subnet ...
+
 
 # Local pools are priced as the VM sizes that bicep/main.bicep deploys by default (cpuVmSize, mpiVmSize,
 # gpuVmSize), so a local report's "the same on Azure" is what the default deployment would cost.

@@ -1,6 +1,7 @@
 """Storage adapters: blob, queue and table clients from one connection setting.
 
-Locally the connection is the Azurite development connection string. On Azure it
+Locally the connection is Azurite's development connection string (``upwell.local.azurite``
+builds it for the ports a stack runs on) or ``UseDevelopmentStorage=true``. On Azure it
 is identity based (``AzureWebJobsStorage__blobServiceUri`` and friends, with
 ``__credential=managedidentity`` and ``__clientId``); no key is ever read there.
 SDK errors are translated here and only here.
@@ -98,10 +99,9 @@ class Storage:
     def __init__(self, connection: str | None = None, env: dict[str, str] | None = None):
         env = dict(os.environ if env is None else env)
         conn = connection if connection is not None else env.get(names.CONNECTION)
-        if conn == "UseDevelopmentStorage=true":
-            from upwell.local.azurite import connection_string
-
-            conn = connection_string()
+        # "UseDevelopmentStorage=true" is passed on as it is: each SDK client resolves it to the emulator's
+        # published account on 127.0.0.1:10000-10002 (Azurite's default ports, upwell.local.azurite), so
+        # this module needs nothing from upwell/local and the Azure path never loads it.
         if conn and conn != "identity":
             self.connection_string: str | None = conn
             self.blobs = BlobServiceClient.from_connection_string(conn)

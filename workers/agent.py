@@ -40,11 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from upwell import logs, names
+from upwell.cost import wallclock
 from upwell.errors import DecodeError, UpwellError
 from upwell.lease import Lease
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow
 from upwell.messages import WorkItem, decode
-from upwell.ops import wallclock
 from upwell.payloads.registry import Registry
 from upwell.settings import Settings, env_bool, env_float, env_int
 from upwell.storage import Storage
@@ -239,7 +239,7 @@ class Agent:
             return self._give_up(hand, verdict)
         if hand.job.status == CANCELLED:  # upwell cancel: a leftover message of a cancelled job
             return self._cancelled(hand)
-        overdue = wallclock.job_overdue(hand.job)  # the job's kill switch (upwell.ops.wallclock)
+        overdue = wallclock.job_overdue(hand.job)  # the job's kill switch (upwell.cost.wallclock)
         if overdue:
             return self._give_up(hand, Verdict(VerdictKind.DROP, reason=overdue))
         cap = self._cap(hand.job)

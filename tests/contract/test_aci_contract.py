@@ -7,8 +7,8 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 
 from tests.contract.busy import with_busy
+from upwell.cost.tags import expires
 from upwell.errors import PoolError, PoolErrorKind
-from upwell.ops.tags import expires
 from upwell.pools import make_pool
 from upwell.pools.base import NodeState, PoolSpec
 

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from upwell import names
+from upwell.cost import tags as T
 from upwell.ledger import JobRow, Ledger
 from upwell.ops import janitor as J
-from upwell.ops import tags as T
 from upwell.storage import Storage
 
 RG = "/subscriptions/s1/resourceGroups/rg"

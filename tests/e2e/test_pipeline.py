@@ -12,6 +12,7 @@ from tests.pipeline_helpers import kill, live_worker_pids, pipeline_env, running
 from upwell import names
 from upwell.ingest.ingestor import job_id_for
 from upwell.ledger import Ledger
+from upwell.scalelog import ScalingLog
 from upwell.storage import Storage
 
 SWEEP = b"""name: e2e sweep
@@ -46,8 +47,7 @@ def test_upload_through_sdk_reaches_report(store, azurite, tmp_path, monkeypatch
         assert {r.name for r in store.list(names.RESULTS, f"{job_id}/") if r.name.count("/") == 1} == \
             {f"{job_id}/s0000{i}.json" for i in range(4)}
         assert job.report_count == 1
-        scale_rows = list(store.table(names.SCALE_TABLE).query_entities("PartitionKey eq 'cpu'"))
-        assert max(int(r.get("target", 0)) for r in scale_rows if r["RowKey"] != "state") >= 1
+        assert max(d.target for d in ScalingLog(store).decisions("cpu")) >= 1
     assert live_worker_pids(tmp_path) == []
 
 

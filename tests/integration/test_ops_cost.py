@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from tests.pipeline_helpers import module_azurite, pipeline_env, running_host, wait_reported
 from upwell import cost, names
+from upwell.cost import forecast as est
+from upwell.cost.accounting import parse_since
 from upwell.ingest.ingestor import Ingestor, job_id_for
-from upwell.ops import estimate as est
-from upwell.ops.costs import parse_since
 from upwell.settings import Settings
 from upwell.storage import Storage
 

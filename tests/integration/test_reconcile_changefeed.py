@@ -25,6 +25,7 @@ from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
 from upwell.ops.changefeed import CONTAINER, ChangeFeed, Cursor, segment_key
 from upwell.ops.reconcile import Reconciler
+from upwell.scalelog import ScalingLog
 from upwell.settings import Settings
 from upwell.storage import Storage
 
@@ -45,7 +46,7 @@ def store(own_azurite, monkeypatch) -> Storage:
         if client.exists():
             for blob in client.list_blobs():
                 client.delete_blob(blob.name)
-    storage.table(names.SCALE_TABLE).delete_entity("_reconcile", "state")
+    ScalingLog(storage).forget_reconcile_state()
     return storage
 
 
@@ -70,9 +71,7 @@ def created(name: str, etag: str, container: str = names.INCOMING) -> dict:
 def start_cursor(store: Storage, when: dt.datetime) -> None:
     """The state a first (listing) pass leaves: the cursor at the segment of the hour of ``when``."""
     state = {"watermark": when.timestamp(), "redrives": {}, "changefeed": Cursor(segment_key(hour(when))).to_dict()}
-    store.table(names.SCALE_TABLE).upsert_entity(
-        {"PartitionKey": "_reconcile", "RowKey": "state", "state": json.dumps(state)}
-    )
+    ScalingLog(store).save_reconcile_state(state)
 
 
 def redriven(result) -> list[tuple[str, str, str]]:

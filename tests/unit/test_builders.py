@@ -11,8 +11,8 @@ import pytest
 import yaml
 from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
 
+from upwell.cost.tags import expires
 from upwell.errors import ConfigError, PoolError, PoolErrorKind
-from upwell.ops.tags import expires
 from upwell.pools import POOLS, backend_class, build_aci, build_batch, build_vmss, make_pool
 from upwell.pools.azure_errors import classify, describe_resize_errors, pool_error, quota_detail
 from upwell.pools.base import PoolSpec

@@ -160,7 +160,7 @@ def _fake_api(answers: dict[str, list[dict]], seen: list[str]):
 
 
 def test_refresh_parses_linux_payg_and_spot_and_follows_pages():
-    from upwell.cli import prices as cli
+    from upwell.cost import refresh
 
     answers = {"Standard_NC6s_v3": [
         _item("Standard_NC6s_v3", 3.06),
@@ -171,7 +171,7 @@ def test_refresh_parses_linux_payg_and_spot_and_follows_pages():
     ], "Standard_D32s_v4": [_item("Standard_D32s_v4", 1.536, sku_name="D32s v4")]}
     seen: list[str] = []
     doc = json.loads(cost.default_path().read_text())
-    new, lines = cli.refreshed(doc, _fake_api(answers, seen), today="2027-01-02")
+    new, lines = refresh.refreshed(doc, _fake_api(answers, seen), today="2027-01-02")
     table = cost.parse(new)
     assert table.as_of == "2027-01-02" and "Azure Retail Prices API" in table.source
     assert table.get("Standard_NC6s_v3").payg == 3.06 and table.get("Standard_NC6s_v3").spot == 0.61
@@ -191,11 +191,12 @@ def test_refresh_without_network_fails_clearly_and_writes_nothing(tmp_path, monk
     from typer.testing import CliRunner
 
     from upwell.cli import prices as cli
+    from upwell.cost import refresh
 
     def offline(url, timeout=20.0):
-        raise cli.RefreshFailed(f"cannot reach {cli.API} (Name or service not known)")
+        raise refresh.RefreshFailed(f"cannot reach {refresh.API} (Name or service not known)")
 
-    monkeypatch.setattr(cli, "get_json", offline)
+    monkeypatch.setattr(refresh, "get_json", offline)
     app = typer.Typer()
     app.command("noop")(lambda: None)
     cli.register(app)
@@ -208,7 +209,7 @@ def test_refresh_without_network_fails_clearly_and_writes_nothing(tmp_path, monk
 
 
 def test_refresh_with_an_api_that_knows_nothing_fails():
-    from upwell.cli import prices as cli
+    from upwell.cost import refresh
 
-    with pytest.raises(cli.RefreshFailed):
-        cli.refreshed(json.loads(cost.default_path().read_text()), lambda url: {"Items": []})
+    with pytest.raises(refresh.RefreshFailed):
+        refresh.refreshed(json.loads(cost.default_path().read_text()), lambda url: {"Items": []})

@@ -62,7 +62,7 @@ def test_a_skus_worked_example_is_not_on_an_unrelated_report():
     html = build(_job(price_key="Standard_NC6s_v3", payload="train-torch"), _rows(),
                         [result_doc(r) for r in _rows()], EVENTS, fetch=lambda _: b"")["index.html"].decode()
     assert "ResNet" not in html and "ImageNet" not in html
-    assert "ResNet" in json.loads((ROOT / "upwell/data/prices.json").read_text())["skus"]["Standard_NC6s_v3"][
+    assert "ResNet" in json.loads((ROOT / "upwell/cost/prices.json").read_text())["skus"]["Standard_NC6s_v3"][
         "example"]  # the quoted figure is kept as data
 
 

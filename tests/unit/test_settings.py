@@ -63,3 +63,30 @@ def test_local_upwell_pools_changes_the_defaults_it_names_and_keeps_the_others()
 def test_a_cloud_pool_set_is_taken_whole():
     pools = Settings.from_env({"UPWELL_POOLS": json.dumps({"cpu": {"backend": "batch", "options": {"pool_id": "p"}}})})
     assert set(pools.pools) == {"cpu"} and pools.pools["cpu"].cooldown_s == 60.0
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The upwell modules a fresh interpreter has loaded after running ``code``."""
+    import subprocess
+    import sys
+
+    probe = f"{code}\nimport sys\nprint(' '.join(m for m in sys.modules if m.startswith('upwell')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_settings_import_no_backend():
+    """Settings are data: the pools import settings, never the other way round."""
+    loaded = _loaded_after("from upwell.settings import PoolSpec, Settings\nSettings.from_env({})")
+    assert "upwell.settings" in loaded and not {m for m in loaded if m.startswith("upwell.pools")}
+
+
+@pytest.mark.parametrize("connection", ["UseDevelopmentStorage=true", "identity"])
+def test_storage_never_loads_the_local_stack(connection):
+    """The Azure path (and the development shortcut, which the SDK clients resolve) loads nothing of upwell/local;
+    the emulator's connection string lives there."""
+    env = "{'AzureWebJobsStorage__serviceUri': 'https://a.blob.core.windows.net', " \
+          "'AzureWebJobsStorage__credential': 'managedidentity'}"
+    loaded = _loaded_after(f"from upwell.storage import Storage\ns = Storage({connection!r}, env={env})\n"
+                           "assert s.blobs.url.startswith(('http://127.0.0.1:10000/devstoreaccount1', 'https://a.'))")
+    assert "upwell.storage" in loaded and not {m for m in loaded if m.startswith("upwell.local")}

@@ -14,8 +14,8 @@ def cost(by: str = typer.Option("job", "--by", help="job, owner or project"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Cost summed from each shard's node-seconds x price x share of the node, with the estimate's error."""
     from upwell.cli.pipeline import _storage
+    from upwell.cost.accounting import parse_since, rollup
     from upwell.ledger import Ledger
-    from upwell.ops.costs import parse_since, rollup
     from upwell.settings import Settings
 
     console = Console()

@@ -359,7 +359,7 @@ class Ingestor:
                                 field=field)
 
     def _job_row(self, job_id, name, props, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
-        from upwell.ops.wallclock import tighter
+        from upwell.cost.wallclock import tighter
 
         pspec = self.settings.pools[pool]
         d = spec.definition
@@ -389,7 +389,7 @@ class Ingestor:
         est_ns, est_usd = est.node_seconds, est.usd
         job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
                    node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
-        from upwell.ops.costs import check_budgets
+        from upwell.cost.budgets import check_budgets
 
         check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
         if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
@@ -426,14 +426,14 @@ class Ingestor:
         return Outcome(job_id, "accepted", len(items))
 
     def _history(self, job: dict):
-        """Node time learned from earlier results of the job's payload on its pool (upwell.ops.estimate)."""
-        from upwell.ops import estimate as est
+        """Node time learned from earlier results of the job's payload on its pool (upwell.cost.forecast)."""
+        from upwell.cost import forecast as est
 
         return est.learn(self.ledger, job["payload"], job["pool"])
 
     def _estimate(self, job: dict, points: list[dict], resources, history=None):
         """Priced on the pool that runs it, node time learned from earlier results (``_history``)."""
-        from upwell.ops import estimate as est
+        from upwell.cost import forecast as est
 
         history = history if history is not None else self._history(job)
         return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],

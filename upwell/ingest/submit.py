@@ -104,9 +104,9 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
 
 def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings) -> tuple[float, float]:
     """(node-seconds, USD) as ingest will estimate them: the pool's price and spot share, node time
-    learned from earlier results where the account has them (upwell.ops.estimate)."""
+    learned from earlier results where the account has them (upwell.cost.forecast)."""
+    from upwell.cost import forecast as est
     from upwell.ledger import Ledger
-    from upwell.ops import estimate as est
 
     history = est.learn(Ledger(storage), m.payload, pool) if storage is not None else est.History()
     e = est.estimate(points, history=history, manifest_s=m.estimate.node_seconds_per_shard,

@@ -1,2 +1,3 @@
-"""Operating upwell: the reconciler (missed, dead-lettered and poisoned events), tags, the janitor, the
-dashboard's data, cost roll-ups, estimates."""
+"""Operating upwell: the reconciler (missed, dead-lettered and poisoned events, with the change feed),
+the janitor, and the dashboard's data. The rules they apply to cost (prices, estimates, budgets, the
+kill switch, tags) are ``upwell.cost``."""

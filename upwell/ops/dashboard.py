@@ -12,6 +12,7 @@ from typing import Any
 
 from upwell import names
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.scalelog import DecisionRow, ScalingLog
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
@@ -81,24 +82,20 @@ def jobs(ledger: Ledger, now: datetime) -> list[dict]:
 
 def pools(storage: Storage, settings: Any, now: datetime) -> tuple[list[dict], list[dict]]:
     """Per pool: nodes against backlog over the last minutes, spot share, caps; and recent decisions."""
-    table = storage.table(names.SCALE_TABLE)
+    log = ScalingLog(storage)
     since = (now - timedelta(minutes=SERIES_MINUTES)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     out, decisions = [], []
     for name, spec in settings.pools.items():
-        rows = [dict(r) for r in table.query_entities("PartitionKey eq @p and RowKey ge @a",
-                                                      parameters={"p": name, "a": since}) if r["RowKey"] != "state"]
-        rows.sort(key=lambda r: r["RowKey"])
-        series = [{"ts": r["RowKey"], "nodes": int(r.get("nodes") or 0), "target": int(r.get("target") or 0),
-                   "backlog": int(r.get("visible") or 0) + int(r.get("in_flight") or 0),
-                   "spot": int(r.get("spot") or 0)} for r in rows]
-        last = rows[-1] if rows else {}
+        rows = log.decisions(name, since)
+        series = [{"ts": r.at, "nodes": r.nodes, "target": r.target, "backlog": r.backlog, "spot": r.spot}
+                  for r in rows]
+        last = rows[-1] if rows else DecisionRow(name, "")
         out.append({"pool": name, "backend": spec.backend, "min_nodes": spec.min_nodes, "max_nodes": spec.max_nodes,
                     "spot_share": spec.spot_share, "price_key": spec.price_key,
-                    "nodes": int(last.get("nodes") or 0), "target": int(last.get("target") or 0),
-                    "capped_by": last.get("capped_by") or "", "reason": last.get("reason") or "",
-                    "message": last.get("message") or "", "series": series[-120:]})
-        decisions += [{"pool": name, "ts": r["RowKey"], "target": r.get("target"), "nodes": r.get("nodes"),
-                       "capped_by": r.get("capped_by") or "", "reason": r.get("reason") or ""} for r in rows[-10:]]
+                    "nodes": last.nodes, "target": last.target, "capped_by": last.capped_by, "reason": last.reason,
+                    "message": last.message, "series": series[-120:]})
+        decisions += [{"pool": name, "ts": r.at, "target": r.target, "nodes": r.nodes, "capped_by": r.capped_by,
+                       "reason": r.reason} for r in rows[-10:]]
     decisions.sort(key=lambda d: d["ts"], reverse=True)
     return out, decisions[:25]
 

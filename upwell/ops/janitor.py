@@ -33,9 +33,9 @@ from typing import Any
 import yaml
 
 from upwell import logs, names
+from upwell.cost import tags as T
+from upwell.cost import wallclock
 from upwell.errors import ConfigError
-from upwell.ops import tags as T
-from upwell.ops import wallclock
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.ops.janitor")
@@ -256,7 +256,7 @@ class Janitor:
             return
         from datetime import timedelta
 
-        from upwell.ops.costs import spent
+        from upwell.cost.budgets import spent
 
         since = self.now - timedelta(days=self.budget_window_days)
         killed = {f.resource for f in found}
@@ -396,17 +396,16 @@ def recent(storage: Any, limit: int = 50) -> list[dict]:
 
 def pool_activity(storage: Any) -> Callable[[str, float], bool]:
     """Was a pool busy (backlog, in-flight shards or busy nodes) within the last N minutes? From the
-    scaler's decisions in Table scaling; a pool with no decision in the window counts as idle."""
+    scaler's decisions in the scaling log; a pool with no decision in the window counts as idle."""
     from datetime import timedelta
 
-    table = storage.table(names.SCALE_TABLE)
+    from upwell.scalelog import ScalingLog
+
+    decisions = ScalingLog(storage).decisions
 
     def active(pool: str, minutes: float) -> bool:
         since = (datetime.now(UTC) - timedelta(minutes=minutes)).isoformat(timespec="milliseconds")
-        rows = table.query_entities("PartitionKey eq @p and RowKey ge @a",
-                                    parameters={"p": pool, "a": since.replace("+00:00", "Z")})
-        return any(int(r.get("visible") or 0) + int(r.get("in_flight") or 0) + int(r.get("busy") or 0) > 0
-                   for r in rows if r["RowKey"] != "state")
+        return any(d.backlog + d.busy > 0 for d in decisions(pool, since.replace("+00:00", "Z")))
 
     return active
 

@@ -20,8 +20,8 @@ quarantined with ``RedriveExhausted`` after ``max_redrives`` tries; nothing is d
 Cost is bounded. ``incoming/`` is found one of two ways (``UPWELL_RECONCILE_SOURCE``):
 
 * ``listing`` (the default, and the only one Azurite has): each pass lists
-  ``incoming/``, but a watermark of last-modified times (kept in the ``scaling``
-  table, partition ``_reconcile``) means only blobs newer than it are checked,
+  ``incoming/``, but a watermark of last-modified times (the reconciler's state row
+  in the scaling log, ``upwell.scalelog``) means only blobs newer than it are checked,
   against one query of the job rows changed since: O(blobs) names listed, O(new) checked;
 * ``changefeed``: the account's blob change feed (``upwell.ops.changefeed``) is read
   from a cursor (a segment and, per chunk, an Avro block offset) kept in the same
@@ -30,7 +30,7 @@ Cost is bounded. ``incoming/`` is found one of two ways (``UPWELL_RECONCILE_SOUR
 
 Results are listed for active jobs only; at most ``max_actions`` re-drives run per
 pass, and the watermark or cursor stops before the first upload left for the next
-pass. Every action is logged and written to the same partition, where ``upwell
+pass. Every action is logged and written to the scaling log, where ``upwell
 status`` reads it. ``dry_run`` finds and logs, and changes nothing.
 """
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
@@ -53,30 +52,17 @@ from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
 from upwell.ops.changefeed import CONTAINER as CHANGEFEED
 from upwell.results.collect import RESULT_NAME, collect
 from upwell.results.publish import reconcile as requeue_reports
+from upwell.scalelog import Action, ScalingLog
 from upwell.settings import Settings
 from upwell.storage import Storage
 
 CLOCK_SLACK_S = 60  # a feed record's time and a job row's Timestamp come from different clocks
 
 log = logs.get("upwell.ops.reconcile")
-PARTITION = "_reconcile"
-STATE_ROW = "state"
 ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)  # jobs whose shards may still be collected
 POISON_LEASE_S = 120
 REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
 STEPS = ("dead_letters", "poison", "incoming", "results", "reports")  # one pass, in this order
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing the reconciler did (or, in a dry run, would do)."""
-
-    kind: str  # missed_upload | stuck_ingest | uncollected_result | unreported_job | dead_letter | poison
-    target: str
-    outcome: str  # redriven | quarantined | failed | requeued | would_redrive | skipped
-    detail: str = ""
-    dry_run: bool = False
-    at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
 
 
 @dataclass
@@ -100,33 +86,29 @@ def _ts(value: dt.datetime | None) -> float:
 
 
 class Reconciler:
-    """One pass at a time over storage. State: the watermark row and the action log in the ``scaling`` table."""
+    """One pass at a time over storage. State: the watermark row and the action log in the scaling log."""
 
     def __init__(self, storage: Storage, settings: Settings, ledger: Ledger | None = None, *,
                  dry_run: bool = False, clock: Callable[[], float] = time.time) -> None:
         self.storage, self.settings, self.dry_run, self.clock = storage, settings, dry_run, clock
         self.ledger = ledger or Ledger(storage)
-        self.table = storage.table(names.SCALE_TABLE)
+        self.log = ScalingLog(storage)
         self.budget = settings.reconcile_max_actions
 
     # -- state and the action log --------------------------------------------------------------
 
     def state(self) -> dict:
-        try:
-            return json.loads(self.table.get_entity(PARTITION, STATE_ROW)["state"])
-        except ResourceNotFoundError:
-            return {"watermark": 0.0, "redrives": {}}
+        return self.log.reconcile_state()
 
     def _save(self, state: dict) -> None:
         if not self.dry_run:
-            self.table.upsert_entity({"PartitionKey": PARTITION, "RowKey": STATE_ROW, "state": json.dumps(state)})
+            self.log.save_reconcile_state(state)
 
     def _act(self, result: Pass, action: Action) -> None:
         result.actions.append(action)
         (log.warning if action.outcome in ("failed", "quarantined") else log.info)(
             "reconcile.action", **{k: v for k, v in asdict(action).items() if k != "at"})
-        row = {"PartitionKey": PARTITION, "RowKey": f"{action.at}-{uuid.uuid4().hex[:6]}", **asdict(action)}
-        self.table.upsert_entity({k: (str(v)[:4000] if isinstance(v, str) else v) for k, v in row.items()})
+        self.log.record_action(action)
 
     # -- one pass ------------------------------------------------------------------------------
 
@@ -425,11 +407,5 @@ def _event_blobs(events: list) -> Iterator[tuple[str, str]]:
 
 def recent_actions(storage: Storage, limit: int = 20) -> list[dict]:
     """The reconciler's latest actions, newest first (for ``upwell status``)."""
-    table = storage.table(names.SCALE_TABLE)
-    try:
-        rows = [dict(r) for r in table.query_entities("PartitionKey eq @p and RowKey ne @s",
-                                                      parameters={"p": PARTITION, "s": STATE_ROW})]
-    except ResourceNotFoundError:
-        return []
-    rows.sort(key=lambda r: r["RowKey"], reverse=True)
-    return [{k: r.get(k) for k in ("at", "kind", "target", "outcome", "detail", "dry_run")} for r in rows[:limit]]
+    keys = ("at", "kind", "target", "outcome", "detail", "dry_run")
+    return [{k: getattr(a, k) for k in keys} for a in ScalingLog(storage).actions(limit)]

@@ -99,8 +99,8 @@ def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
 
 
 def tags(spec: PoolSpec) -> dict[str, str]:
-    """Tags on every resource a backend creates (upwell.ops.tags); ``upwell-pool`` is how it finds its own."""
-    from upwell.ops.tags import pool_tags
+    """Tags on every resource a backend creates (upwell.cost.tags); ``upwell-pool`` is how it finds its own."""
+    from upwell.cost.tags import pool_tags
 
     return pool_tags(spec.name, spec.backend, spec.options)
 

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from upwell import logs
+from upwell.settings import PoolSpec  # settings data; the backends read it
 
 log = logs.get("upwell.pools")
 
@@ -26,28 +27,6 @@ class NodeState(str, Enum):
     FAILED = "failed"
     STOPPING = "stopping"  # leaving the pool (deallocating, deleting)
     UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class PoolSpec:
-    """One pool's configuration, read once from settings (UPWELL_POOLS)."""
-
-    name: str
-    backend: str = "local"
-    vm_size: str = "local"
-    tasks_per_node: int = 1
-    min_nodes: int = 0
-    max_nodes: int = 2
-    spot_share: float = 0.0  # fraction of nodes asked for as spot
-    price_key: str = "local"
-    activation_threshold: int = 1
-    max_step: int = 10
-    scale_down_votes: int = 3
-    cooldown_s: float = 60.0
-    budget_usd: float | None = None
-    max_wall_clock_s: float | None = None  # a job on this pool runs at most this long (the kill switch)
-    max_shard_wall_clock_s: float | None = None  # one attempt of a shard runs at most this long
-    options: dict = field(default_factory=dict)  # backend-specific: image, identity, subnet ...
 
 
 def agent_slots(spec: PoolSpec) -> int:

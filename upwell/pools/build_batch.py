@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from upwell.ops import tags as ops_tags
+from upwell.cost import tags as ops_tags
 from upwell.payloads.argv import ContainerRun
 from upwell.pools import azure_common as az
 from upwell.pools.base import PoolSpec

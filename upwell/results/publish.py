@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from upwell import logs, names
 from upwell.errors import NotFound
 from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger, ShardRow
+from upwell.scalelog import ScalingLog
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
@@ -51,10 +52,8 @@ def scale_events(storage: Storage, job: JobRow) -> list[dict]:
         return []
     start = job.created_at
     end = job.finished_at or now_iso()
-    table = storage.table(names.SCALE_TABLE)
-    rows = table.query_entities("PartitionKey eq @p and RowKey ge @a and RowKey le @b",
-                                parameters={"p": pool, "a": start, "b": end + "~"})
-    return [{**dict(r), "pool": pool, "ts": r["RowKey"]} for r in rows if r["RowKey"] != "state"]
+    rows = ScalingLog(storage).decisions(pool, start, end + "~")
+    return [{**r.to_entity(), "pool": pool, "ts": r.at} for r in rows]
 
 
 def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, force: bool = False) -> Published:

@@ -1,33 +1,26 @@
 """The Autoscaler: observe each pool, ask the pure policy, act, and record why.
 
 Pools are evaluated independently: one failing backend is logged and the others
-go on. Policy state is carried between timer runs in Table `scaling` (RowKey
-"state"); every decision is stored there too (RowKey = timestamp) so reports can
-plot pool size against backlog. Overlapping runs are refused.
+go on. Policy state is carried between timer runs in the scaling log
+(upwell.scalelog); every decision is recorded there too, so reports can plot
+pool size against backlog. Overlapping runs are refused.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import asdict
 
-from azure.core import MatchConditions
-from azure.core.exceptions import (
-    AzureError,
-    ResourceNotFoundError,
-)
-from azure.data.tables import UpdateMode
-
 from upwell import logs, names
-from upwell.errors import BudgetExceeded, ConfigError, Conflict, PoolError
+from upwell.errors import BudgetExceeded, ConfigError, PoolError
 from upwell.ledger import Ledger
 from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.rows import ACTIVE_JOB, JobRow, JobState, ShardRow
 from upwell.scale import policy as scaling
+from upwell.scalelog import DecisionRow, ScalingLog
 from upwell.settings import Settings
-from upwell.storage import Storage, storage_error
+from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
 log = logs.get("upwell.scale.autoscaler")
@@ -66,7 +59,7 @@ class Autoscaler:
         self.storage = storage
         self.settings = settings
         self.ledger = Ledger(storage)
-        self.table = storage.table(names.SCALE_TABLE)
+        self.log = ScalingLog(storage)
         self.pools = dict(pools or {})
         self.pool_ctx = pool_ctx
         self._lock = threading.Lock()
@@ -170,48 +163,26 @@ class Autoscaler:
 
     def _read_state(self, pool: str) -> tuple[scaling.PolicyState, str | None]:
         """The last run's policy state and its row's ETag (None: no row yet)."""
-        try:
-            row = self.table.get_entity(pool, "state")
-        except ResourceNotFoundError:
+        row = self.log.policy(pool)
+        if row is None:
             return scaling.PolicyState(), None
-        except AzureError as exc:
-            raise storage_error(exc, f"read the scaling state of {pool}") from None
         try:
-            return scaling.PolicyState(**json.loads(row["state"])), row.metadata["etag"]
-        except (KeyError, TypeError, ValueError):  # a row from an older policy: start afresh, keep the claim
-            return scaling.PolicyState(), row.metadata["etag"]
+            return scaling.PolicyState(**row.state), row.etag
+        except TypeError:  # a row from an older policy: start afresh, keep the claim
+            return scaling.PolicyState(), row.etag
 
     def _claim_state(self, pool: str, state: scaling.PolicyState, etag: str | None) -> bool:
         """Save this run's state only if no other run saved one since it was read: the timer and the
         ingest nudge may run at once on different instances, and the in-process lock cannot see that.
         False: another run won, and its decision stands."""
-        entity = {"PartitionKey": pool, "RowKey": "state", "state": json.dumps(asdict(state))}
-        try:
-            if etag is None:
-                self.table.create_entity(entity)
-            else:
-                self.table.update_entity(entity, mode=UpdateMode.REPLACE, etag=etag,
-                                         match_condition=MatchConditions.IfNotModified)
-            return True
-        except AzureError as exc:
-            error = storage_error(exc, f"save the scaling state of {pool}")
-            if isinstance(error, Conflict):  # 409 on create, 412 on update: another run won
-                return False
-            raise error from None
-
-    def _upsert(self, entity: dict, what: str) -> None:
-        try:
-            self.table.upsert_entity(entity, mode=UpdateMode.REPLACE)
-        except AzureError as exc:
-            raise storage_error(exc, what) from None
+        return self.log.claim_policy(pool, asdict(state), etag)
 
     def _record(self, pool: str, d: scaling.Decision, obs: scaling.Observation, status: PoolStatus,
                 message: str) -> None:
-        self._upsert({"PartitionKey": pool, "RowKey": now_iso(), "target": d.target,
-                      "nodes": status.alive, "busy": status.count(NodeState.RUNNING), "visible": obs.visible,
-                      "in_flight": obs.in_flight, "reason": d.reason[:1000], "capped_by": d.capped_by,
-                      "spot": d.spot, "dedicated": d.dedicated, "message": message[:1000]},
-                     f"record a scaling decision of {pool}")
+        self.log.record(DecisionRow(pool, now_iso(), target=d.target, nodes=status.alive,
+                                 busy=status.count(NodeState.RUNNING), visible=obs.visible,
+                                 in_flight=obs.in_flight, reason=d.reason[:1000], capped_by=d.capped_by,
+                                 spot=d.spot, dedicated=d.dedicated, message=message[:1000]))
 
     def _tell_jobs(self, jobs: list[JobRow], message: str) -> None:
         """Put a pool's shortfall (quota, capacity, budget) on the status of its active jobs."""

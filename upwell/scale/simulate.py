@@ -112,7 +112,7 @@ def load_trace(path: str | Path) -> Trace:
 
 
 def estimate_s(trace: Trace) -> float | None:
-    """The per-task estimate ingest would write on the job rows (what upwell.ops.estimate learns from earlier
+    """The per-task estimate ingest would write on the job rows (what upwell.cost.forecast learns from earlier
     results of the same payload): the mean duration of the trace's arrival groups, weighted by their counts."""
     total = weight = 0.0
     for group in trace.arrivals:

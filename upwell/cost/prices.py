@@ -1,4 +1,4 @@
-"""Cost: the dated price table that ships with the code, estimates, actuals and budgets.
+"""The dated price table that ships with the code (``prices.json`` beside this module), and prices from it.
 
 Prices are USD per node-hour. A *price key* names a row of the table: an Azure VM
 size (``Standard_NC6s_v3``), ``local`` (free) or a notional row such as
@@ -12,8 +12,7 @@ $215; one Standard_D32s_v4 for 48 h is about $120.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -21,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from upwell.errors import BudgetExceeded, ConfigError
+from upwell.errors import ConfigError
 
 DEFAULT_KEY = "local"
 
@@ -138,7 +137,7 @@ def _price(key: str, row: Mapping[str, Any]) -> Price:
 
 
 def default_path() -> Path:
-    return Path(str(resources.files("upwell.data").joinpath("prices.json")))
+    return Path(str(resources.files("upwell.cost").joinpath("prices.json")))
 
 
 def load(path: str | Path | None = None) -> PriceTable:
@@ -150,7 +149,7 @@ def load(path: str | Path | None = None) -> PriceTable:
 
 @lru_cache(maxsize=1)
 def _shipped() -> PriceTable:
-    text = resources.files("upwell.data").joinpath("prices.json").read_text(encoding="utf-8")
+    text = resources.files("upwell.cost").joinpath("prices.json").read_text(encoding="utf-8")
     return parse(json.loads(text))
 
 
@@ -162,70 +161,6 @@ def price(key: str, spot: bool = False, *, prices: PriceTable | None = None) -> 
 def estimate(node_seconds: float, key: str, spot: bool = False, *, prices: PriceTable | None = None) -> float:
     """USD for ``node_seconds`` on ``key``."""
     return max(float(node_seconds), 0.0) / 3600.0 * price(key, spot, prices=prices)
-
-
-@dataclass(frozen=True)
-class CostLine:
-    """Node-seconds and dollars for one (price key, spot) pair; ``usd`` None: key not in the table."""
-
-    key: str
-    spot: bool
-    node_seconds: float
-    shards: int
-    usd: float | None
-    per_hour: float | None
-
-
-def row_key(row: Mapping[str, Any], default_key: str | None = None,
-            pool_keys: Mapping[str, str] | None = None) -> str:
-    """The price key of one shard row: its own price_key, else its pool's key, else the default."""
-    key = row.get("price_key") or (pool_keys or {}).get(str(row.get("pool", "")))
-    return str(key or default_key or DEFAULT_KEY)
-
-
-def breakdown(shard_rows: Iterable[Mapping[str, Any]], key: str | None = None, *,
-              pool_keys: Mapping[str, str] | None = None, prices: PriceTable | None = None,
-              strict: bool = True) -> list[CostLine]:
-    """Sum node-seconds per (price key, spot) and price them, each row times its ``share`` of the node
-    (default 1). ``strict``: unknown keys raise."""
-    table = prices or load()
-    sums: dict[tuple[str, bool], list[float]] = {}
-    for row in shard_rows:
-        seconds = to_float(row.get("node_seconds"))
-        if seconds is None or seconds <= 0:
-            continue
-        acc = sums.setdefault((row_key(row, key, pool_keys), truthy(row.get("spot"))), [0.0, 0, 0.0])
-        acc[0] += seconds
-        acc[1] += 1
-        acc[2] += seconds * (to_float(row.get("share")) or 1.0)  # node-seconds x share: what is billed
-    lines = []
-    for (k, spot), (seconds, n, shared) in sorted(sums.items()):
-        if k not in table and not strict:
-            lines.append(CostLine(k, spot, seconds, int(n), None, None))
-            continue
-        rate = table.get(k).per_hour(spot)
-        lines.append(CostLine(k, spot, seconds, int(n), shared / 3600.0 * rate, rate))
-    return lines
-
-
-def actual(shard_rows: Iterable[Mapping[str, Any]], key: str | None = None, *,
-           pool_keys: Mapping[str, str] | None = None, prices: PriceTable | None = None) -> float:
-    """USD actually spent: the sum of each shard row's node_seconds x its price (spot or PAYG).
-
-    A row's key is its ``price_key``, else ``pool_keys[row["pool"]]``, else ``key``, else "local".
-    """
-    return sum(line.usd or 0.0 for line in breakdown(shard_rows, key, pool_keys=pool_keys, prices=prices))
-
-
-def remaining(budget_usd: float | None, spent_usd: float) -> float:
-    """What is left of a budget; inf without one. Raises BudgetExceeded once spending is over it."""
-    if budget_usd is None:
-        return math.inf
-    left = float(budget_usd) - float(spent_usd)
-    if left < 0:
-        raise BudgetExceeded(f"spent ${spent_usd:,.2f} of a ${budget_usd:,.2f} budget "
-                             f"(${-left:,.2f} over); no more work is dispatched")
-    return left
 
 
 def aci_per_hour(vcpus: float, memory_gb: float, *, prices: PriceTable | None = None) -> float:
@@ -243,21 +178,6 @@ def egress(gb_month: float, *, prices: PriceTable | None = None) -> float:
     """USD for a month's internet egress, after the free allowance."""
     svc = (prices or load()).services
     return max(gb_month - svc.egress_free_gb_month, 0.0) * svc.egress_per_gb
-
-
-def truthy(value: Any) -> bool:
-    """Table storage may hand back a bool, a number or a string."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "y", "spot")
-    return bool(value)
-
-
-def to_float(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def node_share(key: str, cpus: float = 1, gpus: float = 0, *, prices: PriceTable | None = None) -> float:
@@ -282,17 +202,3 @@ def blended_per_hour(key: str, spot_fraction: float, *, prices: PriceTable | Non
     row = (prices or load()).get(key)
     f = min(max(float(spot_fraction), 0.0), 1.0)
     return (1.0 - f) * row.per_hour(False) + f * row.per_hour(True)
-
-
-def shard_usd(node_seconds: float | None, key: str, spot: bool, share: float = 1.0, *,
-              prices: PriceTable | None = None) -> float | None:
-    """One shard's cost: node-seconds x price (spot or PAYG) x node share; None for an unknown key."""
-    table = prices or load()
-    if key not in table:
-        return None
-    return max(float(node_seconds or 0.0), 0.0) / 3600.0 * table.get(key).per_hour(spot) * float(share or 1.0)
-
-
-def paid_seconds(row: Mapping[str, Any]) -> float:
-    """A shard row's node-seconds that were paid for: the last attempt, and preempted and failed ones."""
-    return sum(to_float(row.get(k)) or 0.0 for k in ("node_seconds", "preempted_node_seconds", "failed_node_seconds"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime
 
-from upwell.ops import tags
+from upwell.cost import tags
 from upwell.pools import build_aci, build_batch, build_vmss
 from upwell.pools.base import PoolSpec
 

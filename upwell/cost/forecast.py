@@ -1,4 +1,4 @@
-"""Estimates that hold: price the nodes that will run, and learn node time from past results.
+"""The estimate before dispatch: price the nodes that will run, and learn node time from past results.
 
 Before dispatch a job's cost is estimated as the sum over its shards of node-seconds x the
 blended price of the pool x the job's share of a node:
@@ -8,7 +8,7 @@ blended price of the pool x the job's share of a node:
   pool, else the manifest's ``estimate.node_seconds_per_shard``;
 - the price is the pool's: its spot share of spot prices (only when the job allows spot) and
   the rest pay-as-you-go, on the pool's price key (a local pool's key too);
-- the share is the shard's CPUs (ranks) or GPUs over the VM's (upwell.cost.node_share).
+- the share is the shard's CPUs (ranks) or GPUs over the VM's (upwell.cost.prices.node_share).
 
 Learning reads the ledger (the last ``MAX_JOBS`` finished jobs of the payload), so it needs no
 state of its own and a fresh deployment falls back to the manifest.
@@ -21,9 +21,13 @@ import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from upwell import cost
-from upwell.ledger import JobState, Ledger, ShardState
+from upwell.cost.prices import PriceTable, blended_per_hour, load, node_share
+from upwell.rows import JobState, ShardState
+
+if TYPE_CHECKING:
+    from upwell.ledger import Ledger
 
 MAX_JOBS = 10
 FINISHED = (JobState.SUCCEEDED, JobState.PARTIALLY_FAILED)
@@ -87,9 +91,9 @@ class JobEstimate:
 
 def estimate(points: Iterable[dict], *, history: History, manifest_s: float, price_key: str, spot_allowed: bool,
              pool_spot_share: float, ranks: int = 1, gpus: int = 0,
-             prices: cost.PriceTable | None = None) -> JobEstimate:
+             prices: PriceTable | None = None) -> JobEstimate:
     """The job's estimate from its shards' parameters. An unknown price key prices at $0 (and says so)."""
-    table = prices or cost.load()
+    table = prices or load()
     counts = {"size": 0, "payload": 0, "manifest": 0}
     total = 0.0
     for params in points:
@@ -97,9 +101,9 @@ def estimate(points: Iterable[dict], *, history: History, manifest_s: float, pri
         counts[how] += 1
         total += seconds
     fraction = float(pool_spot_share) if spot_allowed else 0.0
-    share = cost.node_share(price_key, ranks, gpus, prices=table)
+    share = node_share(price_key, ranks, gpus, prices=table)
     try:
-        per_hour = cost.blended_per_hour(price_key, fraction, prices=table)
+        per_hour = blended_per_hour(price_key, fraction, prices=table)
     except Exception:  # noqa: BLE001 - ConfigError: a key not in the table
         per_hour = 0.0
     learned = counts["size"] + counts["payload"]

@@ -1,1 +1,0 @@
-"""Data that ships with upwell: the dated price table (``prices.json``)."""
