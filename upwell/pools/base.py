@@ -8,6 +8,7 @@ A backend translates its native node states into NodeState through its own
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
@@ -48,6 +49,13 @@ class PoolSpec:
     max_wall_clock_s: float | None = None  # a job on this pool runs at most this long (the kill switch)
     max_shard_wall_clock_s: float | None = None  # one attempt of a shard runs at most this long
     options: dict = field(default_factory=dict)  # backend-specific: image, identity, subnet ...
+
+
+def split(n: int, spot_share: float) -> tuple[int, int]:
+    """(spot, dedicated) for n nodes at a spot share; rounds half toward dedicated. The policy
+    plans with it and a backend asked for n nodes without a split uses it, so both agree."""
+    spot = min(n, max(0, math.floor(n * spot_share + 0.5 - 1e-9)))
+    return spot, n - spot
 
 
 def agent_slots(spec: PoolSpec) -> int:

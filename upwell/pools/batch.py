@@ -26,8 +26,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_batch as build
 from upwell.pools.azure_errors import describe_resize_errors, pool_error
-from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
-from upwell.scale.policy import split
+from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, split
 
 log = logs.get("upwell.pools.batch")
 
