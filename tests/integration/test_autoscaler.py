@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
+from tests.stub_pool import StubPool
 from upwell import names
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.pools.base import NodeState, PoolSpec
-from upwell.pools.stub import StubPool
 from upwell.scale.autoscaler import Autoscaler
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -191,7 +191,7 @@ def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
     first = scaler.adapt()[name]
     assert first.target == 6 and len(pool.nodes) == 6, first.reason
     assert "6 being ingested" in first.reason
-    state = scaler._load_state(name)
+    state = scaler._read_state(name)[0]
     assert state.last_arrival == pytest.approx(t0.timestamp()) and state.gap_s is None
 
     ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.ACCEPTED, pool=name,
@@ -199,7 +199,7 @@ def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
     obs = scaler.observe(spec, pool.status(), [j for j in ledger.jobs(JobState.ACCEPTED) if j.pool == name], pool)
     assert obs.task_s == pytest.approx(100.0)  # ingest's estimate over the shard count
     scaler.adapt()
-    fresh = _scaler(store, spec, pool)._load_state(name)  # another instance reads what the last run learned
+    fresh = _scaler(store, spec, pool)._read_state(name)[0]  # another instance reads what the last run learned
     assert fresh.last_arrival == pytest.approx(t0.timestamp() + 40) and fresh.gap_s == pytest.approx(10.0)
 
 
@@ -227,4 +227,4 @@ def test_concurrent_runs_on_two_instances_act_once(store):
     decision = second.adapt()[name]
     assert len(first_pool.nodes) == 3  # the winner scaled for the backlog
     assert decision.target == 3 and second_pool.nodes == {}  # the loser decided the same, and did not act
-    assert _scaler(store, spec, StubPool(spec))._load_state(name) == first._load_state(name)
+    assert _scaler(store, spec, StubPool(spec))._read_state(name)[0] == first._read_state(name)[0]

@@ -2,7 +2,7 @@
 
 A backend translates its native node states into NodeState through its own
 ``translate_table`` and implements ``scale_to``, ``status``, and where it has them
-``quota`` and ``close``. ``upwell.pools.stub.StubPool`` keeps the contract in memory.
+``quota`` and ``close``. ``upwell.pools.process.LocalPool`` keeps it with processes on this machine.
 """
 
 from __future__ import annotations
