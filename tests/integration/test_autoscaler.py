@@ -7,10 +7,8 @@ demand, report a quota, or show the busy set it was handed; each such test says 
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -31,22 +29,6 @@ def store(azurite) -> Storage:
     s = Storage(azurite.connection_string)
     s.ensure()
     return s
-
-
-@pytest.fixture()
-def local(store, tmp_path):
-    """Makes real local pools: agents are processes of ``python -m workers.agent`` on this test's Azurite,
-    each pool's state under its own folder unless given one; every pool made is closed afterwards."""
-    made: list[LocalPool] = []
-    env = {**os.environ, names.CONNECTION: store.connection_string, "UPWELL_POLL_S": "0.5"}
-
-    def make(spec: PoolSpec, state_dir: Path | None = None) -> LocalPool:
-        made.append(LocalPool(spec, state_dir or tmp_path / "pools", idle_exit_s=120, env=env))
-        return made[-1]
-
-    yield make
-    for pool in made:
-        pool.close(timeout=15)
 
 
 def _states(pool: LocalPool) -> list[NodeState]:
