@@ -187,22 +187,24 @@ def test_refresh_parses_linux_payg_and_spot_and_follows_pages():
 
 
 def test_refresh_without_network_fails_clearly_and_writes_nothing(tmp_path, monkeypatch):
+    import socket
+
     import typer
     from typer.testing import CliRunner
 
     from upwell.cli import prices as cli
 
-    def offline(url, timeout=20.0):
-        raise cli.RefreshFailed(f"cannot reach {cli.API} (Name or service not known)")
-
-    monkeypatch.setattr(cli, "get_json", offline)
+    with socket.socket() as s:  # a port nothing listens on: the real client meets a refused connection
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/api/retail/prices"
+    monkeypatch.setattr(cli, "API", closed)
     app = typer.Typer()
     app.command("noop")(lambda: None)
     cli.register(app)
     out = tmp_path / "prices.json"
     res = CliRunner().invoke(app, ["prices", "refresh", "--out", str(out)])
     assert res.exit_code == 1 and not out.exists()
-    assert "cannot reach" in res.output and "2026-11-30 is unchanged" in res.output
+    assert f"cannot reach {closed}" in res.output and "2026-11-30 is unchanged" in res.output
     res = CliRunner().invoke(app, ["prices", "show"])
     assert res.exit_code == 0 and "Standard_NC6s_v3" in res.output and "2026-11-30" in res.output
 
