@@ -47,6 +47,7 @@ WHITELIST = {
     "upwell/local/slurm_cluster.py:start_rest": "seam: slurmrestd for the SlurmPool's REST path (up uses sbatch)",
     "upwell/cost.py:aci_per_hour": "reported to the cost owner: no caller",
     "upwell/cost.py:storage_month": "reported to the cost owner: no caller",
+    "upwell/cost.py:egress": "reported to the cost owner: no caller",
     "upwell/ops/tags.py:job_tags": "reported to the cost owner: its one caller, build_batch.job_options, was dead",
     "workers/payloads/heat.py:solve_serial": "reported to the payloads owner: a test oracle in the payload",
 }
@@ -97,9 +98,9 @@ def definitions(tree: ast.AST, where: str) -> list[Definition]:
     return out
 
 
-def _string_names(text: str) -> list[str]:
-    """Names a string may call by: the whole identifier, or the segments of a dotted or colon path."""
-    if len(text) > 200 or not re.fullmatch(r"[\w.:]+", text):
+def _path_names(text: str) -> list[str]:
+    """The segments of a dotted or colon path in a string ("upwell.pools.process:LocalPool")."""
+    if len(text) > 200 or not re.fullmatch(r"\w+(?:[.:]\w+)+", text):
         return []
     return IDENT.findall(text)
 
@@ -112,12 +113,21 @@ def _dispatch_prefix(node: ast.JoinedStr) -> str | None:
     return None
 
 
+def _attr_by_name(node: ast.Call) -> str | None:
+    """"run" for getattr(module, "run") (and hasattr, setattr)."""
+    if isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr", "setattr") and \
+            len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+        return node.args[1].value
+    return None
+
+
 def references(tree: ast.AST) -> Counter:
-    """How often each name is read in one module: names, attributes, imported names, name-like strings,
-    and prefix + string for an f"prefix{value}" built in the module (``getattr(self, f"_on_{kind}")``
-    reaches ``_on_arrive`` when "arrive" is one of the module's strings)."""
+    """How often each name is read in one module: names, attributes, imported names, the segments of
+    import-path strings, getattr's names, and prefix + string for an f"prefix{value}" built in the module
+    (``getattr(self, f"_on_{kind}")`` reaches ``_on_arrive`` when "arrive" is one of the module's strings).
+    A bare word in a string ("egress" as a dict key) is data, not a reference."""
     seen: Counter = Counter()
-    prefixes, strings = set(), set()
+    prefixes, words = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             seen[node.id] += 1
@@ -125,12 +135,15 @@ def references(tree: ast.AST) -> Counter:
             seen[node.attr] += 1
         elif isinstance(node, ast.alias):
             seen[node.name.rsplit(".", 1)[-1]] += 1
+        elif isinstance(node, ast.Call) and _attr_by_name(node):
+            seen[_attr_by_name(node)] += 1
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            seen.update(_string_names(node.value))
-            strings.add(node.value)
+            seen.update(_path_names(node.value))
+            if IDENT.fullmatch(node.value):
+                words.add(node.value)
         elif isinstance(node, ast.JoinedStr) and _dispatch_prefix(node):
             prefixes.add(_dispatch_prefix(node))
-    seen.update(p + s for p in prefixes for s in strings if IDENT.fullmatch(s))
+    seen.update(p + w for p in prefixes for w in words)
     return seen
 
 
