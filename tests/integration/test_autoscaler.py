@@ -82,7 +82,7 @@ def test_stalled_job_releases_its_node_after_the_cooldown(store, local):
 
     first = scaler.adapt_pool(spec, [])
     assert first.target == 1 and pool.status().alive == 1, first.reason  # one vote to shrink, in the cooldown
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 20
     targets = [first.target]
     while pool.status().nodes and time.monotonic() < deadline:
         time.sleep(0.3)
@@ -108,9 +108,9 @@ def test_scale_in_drains_the_idle_agent_and_never_the_busy_one(store, local):
     pool.scale_to(2)
     wait_for(lambda: _states(pool) == [NodeState.IDLE, NodeState.RUNNING], 90, "one agent running the shard",
              lambda: str(_states(pool)))
-    workers = pool._workers()
-    busy = next(w for w, (_, state) in workers.items() if state == "running")
-    idle = next(w for w in workers if w != busy)
+    nodes = pool.status().nodes
+    busy = next(w for w, state in nodes.items() if state is NodeState.RUNNING)
+    idle = next(w for w in nodes if w != busy)
     running = Ledger(store).running(name)
     assert [r.node for r in running] == [f"local-{busy}"]  # the ledger names the busy agent too
 
