@@ -181,7 +181,7 @@ def _plant(root: Path, rel: str, line: str) -> None:
     ("upwell/pools/batch.py", "from upwell.scale.policy import decide", "pools/ act and never import scale/"),
     ("upwell/pools/process.py", "def f():\n    import upwell.scale.autoscaler", "pools/ act and never import scale/"),
     ("upwell/scale/autoscaler.py", "from upwell.pools.batch import BatchPool", "scale/ imports only the pool contract"),
-    ("upwell/scale/policy.py", "def f():\n    from upwell.pools import process", "scale/ imports only the pool contract"),
+    ("upwell/scale/policy.py", "def f():\n    from upwell.pools import aci", "scale/ imports only the pool contract"),
 ])
 def test_a_planted_forbidden_import_fails(tree, rel, line, says):
     _plant(tree, rel, line)
