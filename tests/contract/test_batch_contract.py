@@ -9,7 +9,6 @@ from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.pools import make_pool
 from upwell.pools.base import NodeState, PoolSpec
-from upwell.pools.build_batch import mpi_task
 
 
 def R(status=200, body=None, headers=None):  # a reply, as the server takes it
@@ -191,21 +190,16 @@ def test_contract_batch_auth_failure(server, credential, client_kwargs):
     assert err.value.kind is PoolErrorKind.AUTH
 
 
-def test_contract_batch_mpi_pool_and_multi_instance_task(server, credential, client_kwargs):
+def test_contract_batch_mpi_pool_has_inter_node_communication(server, credential, client_kwargs):
+    """An MPI pool, created by scale_to through ARM: nodes talk to each other, one task slot a node."""
     server.route("GET", r"/pools/upwell-mpi", R(404, {"code": "PoolNotFound", "message": {"value": "no"}}),
                  R(200, {**pool_json(), "id": "upwell-mpi"}))
     server.route("PUT", ARM_POOL, R(200, {"properties": {"provisioningState": "Succeeded"}}))
     server.route("POST", r"/pools/upwell-mpi/resize", R(202))
-    server.route("POST", r"/jobs/job-1/tasks", R(201))
     pool = make_pool(spec(server, name="mpi", mpi=True), credential=credential, client_kwargs=client_kwargs)
     pool.scale_to(2, spot=0)
     props = server.calls("PUT", ARM_POOL)[0].body["properties"]
     assert props["interNodeCommunication"] == "Enabled" and props["taskSlotsPerNode"] == 1
-    task = mpi_task(pool.spec, "heat-1", "mpirun -np 8 --host $AZ_BATCH_HOST_LIST python -m workers.launch", 2,
-                    coordination_command="/bin/true")
-    pool.add_task("job-1", task)
-    sent = server.calls("POST", r"/jobs/job-1/tasks")[0].body
-    assert sent["id"] == "heat-1"
-    assert sent["multiInstanceSettings"] == {"numberOfInstances": 2, "coordinationCommandLine": "/bin/true"}
-    assert sent["containerSettings"]["imageName"] == "upwellacr.azurecr.io/upwell-worker:1"
-    assert sent["userIdentity"] == {"autoUser": {"scope": "pool", "elevationLevel": "nonadmin"}}
+    resize = server.calls("POST", r"/pools/upwell-mpi/resize")[0].body
+    assert resize["targetDedicatedNodes"] == 2 and resize["targetLowPriorityNodes"] == 0
+

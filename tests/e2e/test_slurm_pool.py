@@ -19,7 +19,7 @@ from upwell import names
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
 from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
-from upwell.pools import make_pool
+from upwell.pools import build_slurm, make_pool
 from upwell.pools.base import NodeState, PoolSpec
 from upwell.pools.slurm import FINISHED, SlurmPool
 from upwell.settings import Settings
@@ -156,6 +156,30 @@ def test_scale_to_zero_cancels_idle_agents_and_never_a_running_one(store, slurm,
     _wait(lambda: all(j.state in FINISHED for j in _ours(pool)), 60, "the last agent to drain",
           lambda: str(pool.jobs()))
     assert {j.job_id: j.state for j in pool.jobs()}[busy_job] == "COMPLETED"
+
+
+def test_the_spot_share_runs_in_the_spot_partition(store, slurm, tmp_path):
+    """The spot share of the agents goes to the spot partition (on Azure a CycleCloud spot nodearray; here
+    the local cluster's ``spot``): squeue lists each agent in its partition, the pool counts them back, and
+    every shard's result says whether the agent that ran it was on spot, as its partition does."""
+    pool = _pool(store, tmp_path, partition="upwell", spot_partition="spot")
+    pool.scale_to(2, spot=1)
+    _wait(lambda: len(_ours(pool)) == 2, 30, "two agent jobs", lambda: str(pool.jobs()))
+    partition_of = {j.job_id: j.partition for j in _ours(pool)}
+    listed = slurm.run("squeue", "--noheader", "--format=%i %P", f"--jobs={','.join(partition_of)}")
+    assert sorted(line.split()[1] for line in listed.splitlines() if line.strip()) == ["spot", "upwell"], listed
+    status = pool.status()
+    assert (status.spot, status.dedicated) == (1, 1), status
+
+    job_id = _ingest(store, "slurm/spot/job.yaml", b"payload: logistic\npool: cpu\n"
+                     b"params: {steps: 20, burn_in: 5}\ngrid: {r: [3.1, 3.2, 3.3, 3.4]}\n")
+    blobs = [f"results/{job_id}/s{i:05d}.json" for i in range(4)]
+    _wait(lambda: all(store.exists(b) for b in blobs), 180, "the four results", lambda: _job_logs(tmp_path))
+    spot_of = {build_slurm.node_id("cpu", j): p == "spot" for j, p in partition_of.items()}
+    for blob in blobs:
+        node = json.loads(store.read(blob))["node"]
+        assert node["id"] in spot_of and node["spot"] is spot_of[node["id"]], (node, spot_of)
+    pool.scale_to(0)
 
 
 def test_scancel_signal_term_checkpoints_then_the_next_agent_resumes(store, slurm, tmp_path):

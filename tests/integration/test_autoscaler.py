@@ -1,5 +1,9 @@
-"""The Autoscaler's orchestration on real Azurite against the library's StubPool: what it
-observes from the ledger and the queue, what it asks the pool for, and that it lets go."""
+"""The Autoscaler's orchestration on real Azurite against the real local pool (agent processes on this
+machine): what it observes from the ledger and the queue, what it asks the pool for, and that it lets go.
+
+``tests.stub_pool.StubPool`` stands in only where a test needs what the local pool cannot do: fail on
+demand, report a quota, or show the busy set it was handed; each such test says so.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,13 @@ import uuid
 
 import pytest
 
+from tests.pipeline_helpers import wait_for
+from tests.stub_pool import StubPool
 from upwell import names
+from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
-from upwell.pools.base import NodeState, PoolSpec
-from upwell.pools.stub import StubPool
+from upwell.pools.base import NodeState, PoolSpec, WorkerPool
+from upwell.pools.process import LocalPool
 from upwell.scale.autoscaler import Autoscaler
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -22,6 +29,10 @@ def store(azurite) -> Storage:
     s = Storage(azurite.connection_string)
     s.ensure()
     return s
+
+
+def _states(pool: LocalPool) -> list[NodeState]:
+    return sorted(pool.status().nodes.values())
 
 
 def _pool_name() -> str:
@@ -37,11 +48,11 @@ def _job(ledger: Ledger, pool: str, shard_states: list[ShardState], *, node: str
     return job_id
 
 
-def _scaler(store: Storage, spec: PoolSpec, pool: StubPool) -> Autoscaler:
+def _scaler(store: Storage, spec: PoolSpec, pool: WorkerPool) -> Autoscaler:
     return Autoscaler(store, Settings(pools={spec.name: spec}), pools={spec.name: pool})
 
 
-def test_running_job_row_is_not_a_running_shard(store):
+def test_running_job_row_is_not_a_running_shard(store, local):
     """A running job row also says status=running and names its pool; only shard rows are in flight."""
     ledger, name = Ledger(store), _pool_name()
     job_id = _job(ledger, name, [ShardState.RUNNING] * 3, node="n1")
@@ -49,47 +60,68 @@ def test_running_job_row_is_not_a_running_shard(store):
     assert sorted(r.shard_id for r in running) == ["s00000", "s00001", "s00002"]
     assert all(r.job_id == job_id for r in running)
 
-    spec = PoolSpec(name, backend="stub", max_nodes=4)
-    scaler = _scaler(store, spec, StubPool(spec))
+    spec = PoolSpec(name, backend="local", max_nodes=4)
+    scaler = _scaler(store, spec, local(spec))
     jobs = [j for j in ledger.jobs(JobState.RUNNING) if j.pool == name]
     obs = scaler.observe(spec, scaler.pools[name].status(), jobs, scaler.pools[name])
     assert (obs.visible, obs.in_flight, obs.backlog) == (0, 3, 3)
 
 
-def test_stalled_job_releases_its_node_after_the_cooldown(store):
+def test_stalled_job_releases_its_node_after_the_cooldown(store, local):
     """A job whose messages are gone (its queue cleared) while its row still says running keeps
-    no node: the target falls to 0 after the shrink votes and the cooldown, and the node goes."""
+    no node: the target falls to 0 after the shrink votes and the cooldown, and the idle agent is
+    drained: its process exits."""
     ledger, name = Ledger(store), _pool_name()
     _job(ledger, name, [ShardState.QUEUED] * 3)  # stalled: nothing queued, nothing running
-    spec = PoolSpec(name, backend="stub", max_nodes=2, scale_down_votes=2, cooldown_s=1.0,
+    spec = PoolSpec(name, backend="local", max_nodes=2, scale_down_votes=2, cooldown_s=1.0,
                     options={"boot_s": 0.0})
-    pool = StubPool(spec)
+    pool = local(spec)
     pool.scale_to(1)  # the node the job once had
+    wait_for(lambda: _states(pool) == [NodeState.IDLE], 60, "the agent up and idle", lambda: str(_states(pool)))
     scaler = _scaler(store, spec, pool)
 
     first = scaler.adapt_pool(spec, [])
-    assert first.target == 1 and pool.nodes, first.reason  # one vote to shrink, and inside the cooldown
+    assert first.target == 1 and pool.status().alive == 1, first.reason  # one vote to shrink, in the cooldown
     deadline = time.monotonic() + 20
     targets = [first.target]
-    while pool.nodes and time.monotonic() < deadline:
+    while pool.status().nodes and time.monotonic() < deadline:
         time.sleep(0.3)
         targets.append(scaler.adapt_pool(spec, []).target)
-    assert not pool.nodes, f"the node was kept: targets {targets}"
-    assert targets[-1] == 0 and pool.calls[-1][0] == 0
+    # status() lists every agent whose process is alive, draining or not: none is left
+    assert not pool.status().nodes, f"the node was kept: targets {targets}"
+    assert targets[-1] == 0
     # ...and it stays released: later runs ask for nothing.
-    assert scaler.adapt_pool(spec, []).target == 0 and not pool.nodes
+    assert scaler.adapt_pool(spec, []).target == 0 and not pool.status().nodes
 
 
-def test_stub_pool_never_removes_a_busy_node():
-    spec = PoolSpec("stub", backend="stub", max_nodes=3)
-    pool = StubPool(spec)
+def test_scale_in_drains_the_idle_agent_and_never_the_busy_one(store, local):
+    """Two agents, one running a real shard: asked for none, the pool drains the idle one (its process
+    exits) and leaves the busy one running its shard."""
+    name = _pool_name()
+    spec = PoolSpec(name, backend="local", max_nodes=2)
+    manifest = f"payload: logistic\npool: {name}\nparams: {{sleep_s: 60}}\ngrid: {{r: [3.1]}}\n"
+    store.queue(names.work_queue(name)).create_queue()
+    store.blob(names.INCOMING, f"{name}/job.yaml").upload_blob(manifest.encode(), overwrite=True)
+    accepted = Ingestor(store, Settings(pools={name: spec})).ingest(f"{name}/job.yaml")
+    assert accepted.status == "accepted", accepted
+    pool = local(spec)
     pool.scale_to(2)
-    busy = next(iter(pool.nodes))
-    pool.scale_to(0, busy={busy})
-    assert list(pool.nodes) == [busy] and pool.status().nodes[busy] is NodeState.RUNNING
+    wait_for(lambda: _states(pool) == [NodeState.IDLE, NodeState.RUNNING], 90, "one agent running the shard",
+             lambda: str(_states(pool)))
+    nodes = pool.status().nodes
+    busy = next(w for w, state in nodes.items() if state is NodeState.RUNNING)
+    idle = next(w for w in nodes if w != busy)
+    running = Ledger(store).running(name)
+    assert [r.node for r in running] == [f"local-{busy}"]  # the ledger names the busy agent too
+
+    pool.scale_to(0, busy={r.node for r in running})
+    # status() lists every agent whose process is alive, draining or not
+    wait_for(lambda: idle not in pool.status().nodes, 30, "the idle agent to exit", lambda: str(pool.status()))
+    assert pool.status().nodes == {busy: NodeState.RUNNING}
+    assert [r.shard_id for r in Ledger(store).running(name)] == ["s00000"]  # its shard still running
 
 
-def test_queue_backlog_counts(store):
+def test_queue_backlog_counts(store, local):
     """Visible messages are backlog; the in-flight shards come from the ledger, not the queue."""
     ledger, name = Ledger(store), _pool_name()
     _job(ledger, name, [ShardState.RUNNING, ShardState.QUEUED], node="n1")
@@ -97,8 +129,8 @@ def test_queue_backlog_counts(store):
     queue.create_queue()
     queue.send_message("{}")
     queue.send_message("{}")
-    spec = PoolSpec(name, backend="stub", max_nodes=4)
-    scaler = _scaler(store, spec, StubPool(spec))
+    spec = PoolSpec(name, backend="local", max_nodes=4)
+    scaler = _scaler(store, spec, local(spec))
     obs = scaler.observe(spec, scaler.pools[name].status(), [], scaler.pools[name])
     # two messages in the queue: one is the running shard's (leased), one is waiting
     assert (obs.visible, obs.in_flight) == (1, 1)
@@ -106,6 +138,8 @@ def test_queue_backlog_counts(store):
 
 
 def test_one_ledger_scan_per_pool_and_the_busy_set_reaches_the_pool(store):
+    """StubPool: this is about what the autoscaler hands a backend (the busy set) and reads from it (a
+    quota), and the local pool has no quota and ignores the busy set (its agents report their own state)."""
     ledger, name = Ledger(store), _pool_name()
     _job(ledger, name, [ShardState.RUNNING, ShardState.RUNNING], node=f"{name}-1")
     spec = PoolSpec(name, backend="stub", max_nodes=1, scale_down_votes=1, cooldown_s=0.0)
@@ -123,16 +157,19 @@ def test_one_ledger_scan_per_pool_and_the_busy_set_reaches_the_pool(store):
     assert obs.idle == 0  # the busy node is not idle, whatever the backend says
 
 
-def test_a_failing_pool_does_not_stop_the_others(store):
+def test_a_failing_pool_does_not_stop_the_others(store, local):
+    """The failing pool is a StubPool told to fail (the local pool cannot run out of capacity); the
+    other is a real local pool, which still gets its agent."""
     from upwell.errors import PoolError, PoolErrorKind
 
-    names_ = [_pool_name(), _pool_name()]
-    specs = {n: PoolSpec(n, backend="stub", min_nodes=1, max_nodes=2) for n in names_}
-    pools = {n: StubPool(specs[n]) for n in names_}
-    pools[names_[0]].fail_next = PoolError("no capacity", kind=PoolErrorKind.CAPACITY)
+    failing, working = _pool_name(), _pool_name()
+    specs = {failing: PoolSpec(failing, backend="stub", min_nodes=1, max_nodes=2),
+             working: PoolSpec(working, backend="local", min_nodes=1, max_nodes=2)}
+    pools = {failing: StubPool(specs[failing]), working: local(specs[working])}
+    pools[failing].fail_next = PoolError("no capacity", kind=PoolErrorKind.CAPACITY)
     decisions = Autoscaler(store, Settings(pools=specs), pools=pools).adapt()
-    assert set(decisions) == set(names_)
-    assert not pools[names_[0]].nodes and len(pools[names_[1]].nodes) == 1
+    assert set(decisions) == {failing, working}
+    assert not pools[failing].nodes and len(pools[working].status().nodes) == 1
 
 
 def test_pool_keywords_are_explicit():
@@ -151,7 +188,7 @@ def test_pool_keywords_are_explicit():
         make_pool(PoolSpec("x"), state_dri="/tmp")
 
 
-def test_unknown_native_state_is_logged_once(monkeypatch):
+def test_unknown_native_state_is_logged_once(monkeypatch, tmp_path):
     import io
     import sys
 
@@ -163,7 +200,7 @@ def test_unknown_native_state_is_logged_once(monkeypatch):
     logs.configure(pretty=False)  # binds the renderer to the current stderr
     try:
         monkeypatch.setattr(base, "log", logs.get("upwell.pools"))
-        pool = StubPool(PoolSpec("stubby", backend="stub"))
+        pool = LocalPool(PoolSpec("stubby", backend="local"), tmp_path)
         assert pool.node_state("Idle") is NodeState.IDLE
         assert pool.node_state("Hibernating") is NodeState.UNKNOWN
         assert pool.node_state("hibernating") is NodeState.UNKNOWN
@@ -174,7 +211,7 @@ def test_unknown_native_state_is_logged_once(monkeypatch):
     assert err.count("pool.unknown_native_state") == 1 and '"native": "Hibernating"' in err
 
 
-def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
+def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store, local):
     """A job whose row is written (shard count and estimate known) while its messages are still being sent is
     work already: the pool starts for it; its creation time is the arrival the policy learns, and the learned
     arrivals survive in the persisted state, not in the Autoscaler."""
@@ -185,13 +222,13 @@ def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
     iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
     ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.INGESTING, pool=name,
                              shards_total=6, estimate_node_seconds=600.0, created_at=iso(t0)))
-    spec = PoolSpec(name, backend="stub", max_nodes=8, options={"boot_s": 360.0})
-    pool = StubPool(spec)
+    spec = PoolSpec(name, backend="local", max_nodes=8, options={"boot_s": 360.0})
+    pool = local(spec)
     scaler = _scaler(store, spec, pool)
     first = scaler.adapt()[name]
-    assert first.target == 6 and len(pool.nodes) == 6, first.reason
+    assert first.target == 6 and len(pool.status().nodes) == 6, first.reason  # six agent processes
     assert "6 being ingested" in first.reason
-    state = scaler._load_state(name)
+    state = scaler._read_state(name)[0]
     assert state.last_arrival == pytest.approx(t0.timestamp()) and state.gap_s is None
 
     ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.ACCEPTED, pool=name,
@@ -199,21 +236,22 @@ def test_ingesting_jobs_prewarm_the_pool_and_teach_the_arrivals(store):
     obs = scaler.observe(spec, pool.status(), [j for j in ledger.jobs(JobState.ACCEPTED) if j.pool == name], pool)
     assert obs.task_s == pytest.approx(100.0)  # ingest's estimate over the shard count
     scaler.adapt()
-    fresh = _scaler(store, spec, pool)._load_state(name)  # another instance reads what the last run learned
+    fresh = _scaler(store, spec, pool)._read_state(name)[0]  # another instance reads what the last run learned
     assert fresh.last_arrival == pytest.approx(t0.timestamp() + 40) and fresh.gap_s == pytest.approx(10.0)
 
 
-def test_concurrent_runs_on_two_instances_act_once(store):
+def test_concurrent_runs_on_two_instances_act_once(store, local, tmp_path):
     """The timer on one instance and an ingest nudge on another read the same state; only the run that
     saves first acts on the pool, the other sees the changed ETag and leaves the pool alone."""
     ledger, name = Ledger(store), _pool_name()
-    spec = PoolSpec(name, backend="stub", max_nodes=8)
+    spec = PoolSpec(name, backend="local", max_nodes=8)
     _job(ledger, name, [ShardState.QUEUED] * 3)
     queue = store.queue(names.work_queue(name))
     queue.create_queue()
     for _ in range(3):
         queue.send_message("{}")
-    first_pool, second_pool = StubPool(spec), StubPool(spec)
+    # Each instance's pool keeps its agents in its own folder, so what each one started shows apart.
+    first_pool, second_pool = local(spec, tmp_path / "first"), local(spec, tmp_path / "second")
     first, second = _scaler(store, spec, first_pool), _scaler(store, spec, second_pool)
 
     real_read = second._read_state
@@ -225,6 +263,6 @@ def test_concurrent_runs_on_two_instances_act_once(store):
 
     second._read_state = read_then_lose_the_race
     decision = second.adapt()[name]
-    assert len(first_pool.nodes) == 3  # the winner scaled for the backlog
-    assert decision.target == 3 and second_pool.nodes == {}  # the loser decided the same, and did not act
-    assert _scaler(store, spec, StubPool(spec))._load_state(name) == first._load_state(name)
+    assert len(first_pool.status().nodes) == 3  # the winner scaled for the backlog
+    assert decision.target == 3 and second_pool.status().nodes == {}  # the loser decided the same, did not act
+    assert _scaler(store, spec, second_pool)._read_state(name)[0] == first._read_state(name)[0]

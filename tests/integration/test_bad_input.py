@@ -245,9 +245,9 @@ def test_corpus_entry(case: Case, store: Storage, azurite):
         assert (out.job_id, out.status) == (job_id, "accepted" if case.valid else "rejected"), out
         check(store, job_id, case)
         if not case.valid:
-            assert not ingestor.incoming(name).exists(), f"{case.id}: the original stayed in incoming/"
+            assert not store.blob(names.INCOMING, name).exists(), f"{case.id}: the original stayed in incoming/"
     finally:
-        client = ingestor.incoming(name)
+        client = store.blob(names.INCOMING, name)
         if client.exists():  # never leave a name behind that stalls other tests' blob polling
             client.delete_blob()
     assert not Path("/tmp/upwell-pwned").exists()

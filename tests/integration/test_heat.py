@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.heat_reference import solve_serial
 from upwell.messages import WorkItem
 from upwell.payloads.models import HeatParams
 from workers.launch import run_payload
-from workers.payloads.heat import Grid, solve_serial, split
+from workers.payloads.heat import Grid, split
 
 # A run long enough (about 22k cheap steps) to be stopped part-way after its first checkpoint.
 LONG = {"nx": 32, "cfl": 0.01, "t_end": 0.2, "checkpoint_every": 2000}

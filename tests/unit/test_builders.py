@@ -104,17 +104,6 @@ def test_batch_resize_and_remove_options():
         build_batch.remove_options(spec(), [str(i) for i in range(101)])
 
 
-def test_batch_mpi_task():
-    t = build_batch.mpi_task(spec("mpi"), "t1", "mpirun -np 4 hostname", 4).as_dict()
-    assert t["multiInstanceSettings"] == {"numberOfInstances": 4, "coordinationCommandLine": "/bin/true"}
-    assert t["containerSettings"]["registry"]["identityReference"] == {"resourceId": IDENTITY}
-    assert "--ipc host" in t["containerSettings"]["containerRunOptions"]
-    env = {e["name"]: e["value"] for e in t["environmentSettings"]}
-    assert env["UPWELL_POOL"] == "mpi" and env["AzureWebJobsStorage__clientId"] == "cid"
-    with pytest.raises(ValueError):
-        build_batch.mpi_task(spec("mpi"), "t", "x", 0)
-
-
 # --- vmss ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("share, expected", [(0.0, [("upwell-cpu", False)]), (1.0, [("upwell-cpu-spot", True)]),

@@ -54,17 +54,17 @@ def test_worked_examples(nodes, key, hours, spot, usd):
 
 
 def test_gromacs_with_storage_and_egress_is_about_150():
-    compute = cost.estimate(48 * 3600, "Standard_D32s_v4")
-    total = compute + cost.storage_month(200) + cost.egress(300)
+    """The published worked example, from the table's own rates: 48 h compute, 200 GB hot for a month,
+    300 GB of egress past the free allowance."""
+    svc = cost.load().services
+    storage = 200 * svc.blob_hot_gb_month
+    egress = (300 - svc.egress_free_gb_month) * svc.egress_per_gb
+    total = cost.estimate(48 * 3600, "Standard_D32s_v4") + storage + egress
+    assert storage == pytest.approx(4.6) and svc.egress_free_gb_month == 5
     assert 140 <= total <= 160
 
 
-def test_storage_egress_and_aci():
-    assert cost.storage_month(200) == pytest.approx(4.6)
-    assert cost.egress(5) == 0.0
-    assert cost.egress(15) == pytest.approx(10 * 0.087)
-    # The ACI row is the per-second rates at 4 vCPU / 16 GB.
-    assert cost.aci_per_hour(4, 16) == pytest.approx(cost.price("aci-4vcpu-16gb"))
+def test_aci_has_no_spot_offer():
     # No spot offer: charged at PAYG.
     assert cost.price("aci-4vcpu-16gb", spot=True) == cost.price("aci-4vcpu-16gb")
 
@@ -187,23 +187,25 @@ def test_refresh_parses_linux_payg_and_spot_and_follows_pages():
 
 
 def test_refresh_without_network_fails_clearly_and_writes_nothing(tmp_path, monkeypatch):
+    import socket
+
     import typer
     from typer.testing import CliRunner
 
     from upwell.cli import prices as cli
     from upwell.cost import refresh
 
-    def offline(url, timeout=20.0):
-        raise refresh.RefreshFailed(f"cannot reach {refresh.API} (Name or service not known)")
-
-    monkeypatch.setattr(refresh, "get_json", offline)
+    with socket.socket() as s:  # a port nothing listens on: the real client meets a refused connection
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}/api/retail/prices"
+    monkeypatch.setattr(refresh, "API", closed)
     app = typer.Typer()
     app.command("noop")(lambda: None)
     cli.register(app)
     out = tmp_path / "prices.json"
     res = CliRunner().invoke(app, ["prices", "refresh", "--out", str(out)])
     assert res.exit_code == 1 and not out.exists()
-    assert "cannot reach" in res.output and "2026-11-30 is unchanged" in res.output
+    assert f"cannot reach {closed}" in res.output and "2026-11-30 is unchanged" in res.output
     res = CliRunner().invoke(app, ["prices", "show"])
     assert res.exit_code == 0 and "Standard_NC6s_v3" in res.output and "2026-11-30" in res.output
 

@@ -34,17 +34,6 @@ def test_every_builder_tags_its_resource():
         assert set(t) >= REQUIRED and t[tags.POOL] == "cpu" and t[tags.PROJECT] == "ocean", t
 
 
-def test_batch_job_is_tagged_with_the_job_and_has_a_wall_clock():
-    opts = build_batch.job_options(spec("batch"), "sweep-0123456789ab", project="ocean", owner="lead",
-                                   max_wall_clock_s=7200)
-    body = opts.as_dict()
-    meta = tags.from_metadata(body["metadata"])
-    assert meta[tags.JOB] == "sweep-0123456789ab" and meta[tags.OWNER] == "lead" and meta[tags.POOL] == "cpu"
-    assert body["id"] == "upwell-sweep-0123456789ab" and body["poolInfo"] == {"poolId": "upwell-cpu"}
-    assert body["constraints"]["maxWallClockTime"] in ("PT2H", "PT7200S", "PT02H00M00S")
-    assert body["onAllTasksComplete"] == "terminatejob"  # the REST name
-
-
 def test_is_upwell_and_expired():
     assert tags.is_upwell({tags.POOL: "cpu"}) and not tags.is_upwell({"project": "x"}) and not tags.is_upwell(None)
     assert tags.expired({tags.EXPIRES: "2026-01-01"}, today=date(2026, 1, 2))

@@ -4,6 +4,8 @@
 - ``azure.functions`` is imported only in ``handlers/``, ``upwell/local/devhost/`` and ``function_app.py``;
 - ``workers/`` never imports ``handlers`` (nor does ``upwell/``);
 - ``upwell/results/`` never imports ``upwell/scale/``;
+- the autoscaler decides and the pools act: ``upwell/pools/`` never imports ``upwell/scale/``, and
+  ``upwell/scale/`` imports of the pools only their contract (``upwell.pools.base``) and ``make_pool``;
 - no import cycles among the modules' top-level imports (imports under ``if TYPE_CHECKING``
   and inside functions are lazy and do not count for cycles; they do for the other rules).
 
@@ -90,6 +92,11 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+def _pool_contract(target: str) -> bool:
+    """What the autoscaler may know of the pools: the contract module and the one factory."""
+    return target in ("upwell.pools", "upwell.pools.make_pool") or _under(target, "upwell.pools.base")
+
+
 def rule_violations(imports: list[Import]) -> list[str]:
     bad = []
     for i in imports:
@@ -101,6 +108,10 @@ def rule_violations(imports: list[Import]) -> list[str]:
             bad.append(f"{where}: azure.functions belongs to handlers/ and upwell/local/devhost/")
         if _under(i.module, "upwell.results") and _under(i.target, "upwell.scale"):
             bad.append(f"{where}: results/ never imports scale/")
+        if _under(i.module, "upwell.pools") and _under(i.target, "upwell.scale"):
+            bad.append(f"{where}: pools/ act and never import scale/")
+        if _under(i.module, "upwell.scale") and _under(i.target, "upwell.pools") and not _pool_contract(i.target):
+            bad.append(f"{where}: scale/ imports only the pool contract (pools.base) and make_pool")
     return bad
 
 
@@ -167,6 +178,10 @@ def _plant(root: Path, rel: str, line: str) -> None:
     ("upwell/ingest/ingestor.py", "import azure.functions as func", "azure.functions belongs to"),
     ("workers/launch.py", "from azure.functions import HttpRequest", "azure.functions belongs to"),
     ("upwell/names.py", "from upwell import ledger", "import cycle"),
+    ("upwell/pools/batch.py", "from upwell.scale.policy import decide", "pools/ act and never import scale/"),
+    ("upwell/pools/process.py", "def f():\n    import upwell.scale.autoscaler", "pools/ act and never import scale/"),
+    ("upwell/scale/autoscaler.py", "from upwell.pools.batch import BatchPool", "scale/ imports only the pool contract"),
+    ("upwell/scale/policy.py", "def f():\n    from upwell.pools import aci", "scale/ imports only the pool contract"),
 ])
 def test_a_planted_forbidden_import_fails(tree, rel, line, says):
     _plant(tree, rel, line)
@@ -182,7 +197,7 @@ def test_lazy_and_type_checking_imports_make_no_cycle(tree):
 
 
 def test_relative_imports_resolve():
-    got = imports_of("from . import base\nfrom ...errors import X", "upwell.pools.stub")
+    got = imports_of("from . import base\nfrom ..errors import X", "upwell.pools.process")
     assert {i.target for i in got} >= {"upwell.pools.base", "upwell.errors", "upwell.errors.X"}
 
 

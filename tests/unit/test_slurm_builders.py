@@ -232,6 +232,7 @@ def test_slurm_conf_for_a_local_cluster(tmp_path):
     assert f"StateSaveLocation={tmp_path}/state" in conf
     assert any(line.startswith("NodeName=n2 ") and "Port=7003" in line for line in conf)
     assert "PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=20" in conf
+    assert "PartitionName=spot Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 GraceTime=20" in conf
     assert "PreemptType=preempt/partition_prio" in conf
 
 

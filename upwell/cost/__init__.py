@@ -21,20 +21,17 @@ from upwell.cost.prices import (
     Price,
     PriceTable,
     Services,
-    aci_per_hour,
     blended_per_hour,
     default_path,
-    egress,
     estimate,
     load,
     node_share,
     parse,
     price,
-    storage_month,
 )
 
 __all__ = [
-    "DEFAULT_KEY", "CostLine", "Price", "PriceTable", "Services", "aci_per_hour", "actual", "blended_per_hour",
-    "breakdown", "default_path", "egress", "estimate", "load", "node_share", "paid_seconds", "parse", "price",
-    "remaining", "row_key", "shard_usd", "storage_month", "to_float", "truthy",
+    "DEFAULT_KEY", "CostLine", "Price", "PriceTable", "Services", "actual", "blended_per_hour",
+    "breakdown", "default_path", "estimate", "load", "node_share", "paid_seconds", "parse", "price",
+    "remaining", "row_key", "shard_usd", "to_float", "truthy",
 ]

@@ -163,23 +163,6 @@ def estimate(node_seconds: float, key: str, spot: bool = False, *, prices: Price
     return max(float(node_seconds), 0.0) / 3600.0 * price(key, spot, prices=prices)
 
 
-def aci_per_hour(vcpus: float, memory_gb: float, *, prices: PriceTable | None = None) -> float:
-    """USD per hour for one ACI container group of this size."""
-    svc = (prices or load()).services
-    return 3600.0 * (vcpus * svc.aci_vcpu_second + memory_gb * svc.aci_gb_second)
-
-
-def storage_month(gb: float, *, prices: PriceTable | None = None) -> float:
-    """USD per month to keep ``gb`` in hot blob storage."""
-    return max(gb, 0.0) * (prices or load()).services.blob_hot_gb_month
-
-
-def egress(gb_month: float, *, prices: PriceTable | None = None) -> float:
-    """USD for a month's internet egress, after the free allowance."""
-    svc = (prices or load()).services
-    return max(gb_month - svc.egress_free_gb_month, 0.0) * svc.egress_per_gb
-
-
 def node_share(key: str, cpus: float = 1, gpus: float = 0, *, prices: PriceTable | None = None) -> float:
     """The share of a node one shard uses: its GPUs over the VM's, else its CPUs over the VM's (at most 1).
 

@@ -19,7 +19,6 @@ POOL = "upwell-pool"
 EXPIRES = "upwell-expires"
 MARKERS = (PROJECT, POOL, JOB)  # any one of these makes a resource upwell's
 DEFAULT_POOL_TTL_DAYS = 30.0  # a pool's tags are renewed whenever it is (re)created
-DEFAULT_JOB_TTL_DAYS = 7.0
 
 
 def expires(ttl_days: float, now: datetime | None = None) -> str:
@@ -49,11 +48,6 @@ def pool_tags(name: str, backend: str, options: dict | None = None, now: datetim
         POOL: name, "upwell-backend": backend,
     })
     return out
-
-
-def job_tags(job_id: str, *, project: str, owner: str, ttl_days: float = DEFAULT_JOB_TTL_DAYS,
-             now: datetime | None = None) -> dict[str, str]:
-    return {PROJECT: project or "upwell", OWNER: owner or "unknown", JOB: job_id, EXPIRES: expires(ttl_days, now)}
 
 
 def is_upwell(tags: dict[str, Any] | None) -> bool:

@@ -98,10 +98,6 @@ class Ingestor:
         self.ledger = ledger or Ledger(storage)
         self.definitions = Registry(storage, settings.registry_allowlist)
 
-    def incoming(self, name: str):
-        """The client of incoming/<name> (Storage.blob keeps '.' and '..' segments encoded on the wire)."""
-        return self.storage.blob(names.INCOMING, name)
-
     def ingest(self, name: str) -> Outcome:
         """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers.
 

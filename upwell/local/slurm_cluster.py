@@ -75,6 +75,9 @@ def slurm_conf(root: Path, *, ctld_port: int, node_ports: dict[str, int], cpus: 
         *nodes,
         f"PartitionName=upwell Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 "
         f"GraceTime={grace_s}",
+        # The spot partition: where a pool's spot share of agents goes (options.spot_partition), as a
+        # CycleCloud spot nodearray's partition would take them; `urgent` preempts it like `upwell`.
+        f"PartitionName=spot Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=1 GraceTime={grace_s}",
         "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF", ""])
 
 

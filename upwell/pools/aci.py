@@ -20,8 +20,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_aci as build
 from upwell.pools.azure_errors import pool_error
-from upwell.pools.base import Busy, NodeState, PoolStatus
-from upwell.scale.policy import split
+from upwell.pools.base import Busy, NodeState, PoolStatus, split
 
 log = logs.get("upwell.pools.aci")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)

@@ -2,12 +2,13 @@
 
 A backend translates its native node states into NodeState through its own
 ``translate_table`` and implements ``scale_to``, ``status``, and where it has them
-``quota`` and ``close``. ``upwell.pools.stub.StubPool`` keeps the contract in memory.
+``quota`` and ``close``. ``upwell.pools.process.LocalPool`` keeps it with processes on this machine.
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
@@ -27,6 +28,13 @@ class NodeState(str, Enum):
     FAILED = "failed"
     STOPPING = "stopping"  # leaving the pool (deallocating, deleting)
     UNKNOWN = "unknown"
+
+
+def split(n: int, spot_share: float) -> tuple[int, int]:
+    """(spot, dedicated) for n nodes at a spot share; rounds half toward dedicated. The policy
+    plans with it and a backend asked for n nodes without a split uses it, so both agree."""
+    spot = min(n, max(0, math.floor(n * spot_share + 0.5 - 1e-9)))
+    return spot, n - spot
 
 
 def agent_slots(spec: PoolSpec) -> int:

@@ -3,8 +3,8 @@
 The pool is created once through ARM (only ARM can attach the worker's
 user-assigned identity); after that the data plane (azure-batch 15.x
 ``BatchClient``) resizes it to target dedicated + spot (low-priority) nodes,
-removes chosen idle nodes with ``taskcompletion`` (a node running a Batch task,
-such as an MPI multi-instance task, finishes it first), and lists nodes.
+removes chosen idle nodes with ``taskcompletion`` (a node running a Batch task
+finishes it first), and lists nodes.
 
 A resize runs on Batch's side for minutes; ``scale_to`` starts it and returns
 (the SDK's poller follows it on a daemon thread, kept as ``last_poller``). While
@@ -26,8 +26,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_batch as build
 from upwell.pools.azure_errors import describe_resize_errors, pool_error
-from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
-from upwell.scale.policy import split
+from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, split
 
 log = logs.get("upwell.pools.batch")
 
@@ -180,15 +179,6 @@ class BatchPool(WorkerPool):
         preempted = sum(1 for s in states.values() if s is NodeState.PREEMPTED)
         return PoolStatus(self.spec.name, target=target, nodes=states, spot=spot, dedicated=dedicated,
                           preempted=preempted, message=message)
-
-    def add_task(self, job_id: str, task: Any) -> None:
-        """Submit a task (e.g. build_batch.mpi_task) to a Batch job on this pool."""
-        from azure.core.exceptions import AzureError
-
-        try:
-            self.client.create_task(job_id, task)
-        except AzureError as exc:
-            raise pool_error(exc, pool=self.spec.name, action=f"add task {getattr(task, 'id', '')}") from None
 
     def close(self) -> None:
         for c in (self._client, self._arm):

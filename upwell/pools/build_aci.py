@@ -18,7 +18,6 @@ import re
 import secrets
 
 from upwell.errors import ConfigError
-from upwell.payloads.argv import ContainerRun
 from upwell.pools import azure_common as az
 from upwell.pools.base import PoolSpec
 
@@ -68,31 +67,6 @@ def container_group(spec: PoolSpec, name: str, *, spot: bool = False):
         if registry and identity_id else None,
         subnet_ids=[m.ContainerGroupSubnetId(id=str(spec.options["subnet_id"]))]
         if spec.options.get("subnet_id") else None)
-
-
-def payload_group(spec: PoolSpec, name: str, run: ContainerRun, *, spot: bool = False):
-    """One payload command as a container group: the definition's image with its argv as the container's
-    command (ACI takes a list: no shell, no splitting), restart Never."""
-    from azure.mgmt.containerinstance import models as m
-
-    group = container_group(spec, name, spot=spot)
-    agent = group.containers[0]
-    group.containers = [m.Container(
-        name="payload", image=run.image, command=list(run.argv), resources=agent.resources,
-        environment_variables=[m.EnvironmentVariable(name=k, value=v) for k, v in sorted(run.env.items())],
-        volume_mounts=[m.VolumeMount(name="work", mount_path=run.workdir)])]
-    group.volumes = [m.Volume(name="work", empty_dir={})]
-    if az.registry_server(spec) != _registry_of(run.image):
-        group.image_registry_credentials = [m.ImageRegistryCredential(
-            server=_registry_of(run.image), identity=str(spec.options["identity_id"]))] \
-            if spec.options.get("identity_id") else None
-    return group
-
-
-def _registry_of(image: str) -> str:
-    from upwell.payloads.definition import registry_of
-
-    return registry_of(image)
 
 
 def group_state(group) -> str:

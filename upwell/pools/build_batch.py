@@ -23,7 +23,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from upwell.cost import tags as ops_tags
-from upwell.payloads.argv import ContainerRun
 from upwell.pools import azure_common as az
 from upwell.pools.base import PoolSpec
 
@@ -153,70 +152,11 @@ def remove_options(spec: PoolSpec, node_ids: list[str]):
                                     node_deallocation_option=DEALLOCATION)
 
 
-def mpi_task(spec: PoolSpec, task_id: str, command: str, instances: int, *,
-             coordination_command: str = "", env: dict[str, str] | None = None):
-    """A multi-instance task: ``instances`` nodes; the primary runs ``command`` (mpirun ...),
-    every node first runs ``coordination_command``. Needs a pool with inter-node communication."""
-    from azure.batch import models as m
-
-    if instances < 1:
-        raise ValueError("an MPI task needs at least one instance")
-    registry = _registry(spec)
-    container = m.BatchTaskContainerSettings(
-        image_name=az.image(spec), container_run_options=run_options(spec) + " --ipc host",
-        registry=None if registry is None else m.ContainerRegistryReference(
-            registry_server=registry["registryServer"],
-            identity_reference=(m.BatchNodeIdentityReference(resource_id=registry["identityReference"]["resourceId"])
-                                if "identityReference" in registry else None)))
-    return m.BatchTaskCreateOptions(
-        id=task_id, command_line=command, container_settings=container,
-        multi_instance_settings=m.MultiInstanceSettings(
-            number_of_instances=instances, coordination_command_line=coordination_command or "/bin/true"),
-        environment_settings=[m.EnvironmentSetting(name=k, value=v)
-                              for k, v in sorted(az.agent_env(spec, **(env or {})).items())],
-        user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
-        required_slots=1)
-
-
 def batch_job_id(job_id: str) -> str:
     """A Batch job id for an upwell job: at most 64 of letters, digits, '-' and '_'."""
     import re
 
     return ("upwell-" + re.sub(r"[^A-Za-z0-9_-]", "-", job_id))[:64]
-
-
-def job_options(spec: PoolSpec, job_id: str, *, project: str, owner: str, max_wall_clock_s: float | None = None):
-    """A Batch job for one upwell job on this pool: tagged (metadata), ends when its tasks do, and
-    Batch itself stops it after the job's max wall-clock (the kill switch on Batch's side)."""
-    from azure.batch import models as m
-
-    constraints = None
-    if max_wall_clock_s:
-        constraints = m.BatchJobConstraints(max_wall_clock_time=timedelta(seconds=float(max_wall_clock_s)))
-    meta = ops_tags.metadata({**az.tags(spec), **ops_tags.job_tags(job_id, project=project, owner=owner)})
-    return m.BatchJobCreateOptions(
-        id=batch_job_id(job_id), display_name=f"upwell {job_id}"[:1024],
-        pool_info=m.BatchPoolInfo(pool_id=pool_id(spec)), constraints=constraints,
-        all_tasks_complete_mode="terminatejob", uses_task_dependencies=False,
-        metadata=[m.BatchMetadataItem(name=i["name"], value=i["value"]) for i in meta])
-def payload_task(spec: PoolSpec, task_id: str, run: ContainerRun, env: dict[str, str] | None = None):
-    """One payload command as a Batch task: the definition's image, its argv as the command line
-    (POSIX-quoted; Batch starts it without a shell), in the image's work dir."""
-    from azure.batch import models as m
-
-    registry = _registry(spec)
-    container = m.BatchTaskContainerSettings(
-        image_name=run.image, container_run_options=f"{run_options(spec)} --workdir {shlex.quote(run.workdir)}",
-        registry=None if registry is None else m.ContainerRegistryReference(
-            registry_server=registry["registryServer"],
-            identity_reference=(m.BatchNodeIdentityReference(resource_id=registry["identityReference"]["resourceId"])
-                                if "identityReference" in registry else None)))
-    return m.BatchTaskCreateOptions(
-        id=task_id, command_line=run.command_line(), container_settings=container,
-        environment_settings=[m.EnvironmentSetting(name=k, value=v)
-                              for k, v in sorted({**az.agent_env(spec), **run.env, **(env or {})}.items())],
-        user_identity=m.UserIdentity(auto_user=m.AutoUserSpecification(scope="pool", elevation_level="nonadmin")),
-        required_slots=1)
 
 
 def _iso_minutes(td: timedelta) -> str:

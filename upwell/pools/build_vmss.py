@@ -25,7 +25,6 @@ import json
 import shlex
 from typing import Any
 
-from upwell.payloads.argv import ContainerRun
 from upwell.pools import azure_common as az
 from upwell.pools.base import PoolSpec
 
@@ -71,14 +70,6 @@ def agent_script(spec: PoolSpec, spot: bool) -> str:
         f"{login}"
         f"exec docker run --rm --name upwell-agent --network host{gpu} --env-file /etc/upwell/agent.env "
         f"-e UPWELL_NODE_ID=\"$NAME\" -e UPWELL_NODE_SPOT={int(spot)} {shlex.quote(az.image(spec))} {agent}\n")
-
-
-def payload_command(run: ContainerRun) -> str:
-    """One payload command on a scale-set node: docker run of the definition's image with its argv,
-    each element quoted for the node's shell, so the container gets exactly ``run.argv``."""
-    env = "".join(f"-e {shlex.quote(f'{k}={v}')} " for k, v in sorted(run.env.items()))
-    return (f"docker run --rm -w {shlex.quote(run.workdir)} -v \"$PWD\":{shlex.quote(run.workdir)} {env}"
-            f"{shlex.quote(run.image)} {shlex.join(run.argv)}")
 
 
 def _json_field(name: str) -> str:

@@ -318,13 +318,6 @@ class SlurmPool(WorkerPool):
         env.update(build.agent_env(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir), spot=spot))
         return env
 
-    def cancel_all(self) -> None:
-        """Cancel every job of the pool, busy or not (for ``upwell down`` and tests, never the scaler):
-        Slurm sends SIGTERM, so running payloads checkpoint, and SIGKILL after KillWait."""
-        ids = [j.job_id for j in self.jobs() if j.state not in FINISHED]
-        if ids:
-            self._cancel(ids)
-
     def close(self) -> None:
         """Nothing to release: the agents belong to Slurm and leave when idle (``idle_exit_s``)."""
 

@@ -157,10 +157,6 @@ class Autoscaler:
         return decision
 
     # -- storage of state and events ------------------------------------------------------
-    def _load_state(self, pool: str) -> scaling.PolicyState:
-        """The policy state of the last run; a missing or unreadable one starts afresh."""
-        return self._read_state(pool)[0]
-
     def _read_state(self, pool: str) -> tuple[scaling.PolicyState, str | None]:
         """The last run's policy state and its row's ETag (None: no row yet)."""
         row = self.log.policy(pool)

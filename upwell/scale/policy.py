@@ -44,7 +44,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from upwell.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec, split
 
 # The preemption rate (preemptions / spot nodes exposed in the window) above
 # which the spot share is halved; spec.options["preemption_threshold"] overrides.
@@ -145,12 +145,6 @@ def target(backlog: int, tasks_per_node: int, min_nodes: int, max_nodes: int) ->
     """ceil(backlog / tasks_per_node), clamped to [min_nodes, max_nodes]."""
     want = math.ceil(max(backlog, 0) / max(tasks_per_node, 1))
     return max(min_nodes, min(max_nodes, want))
-
-
-def split(n: int, spot_share: float) -> tuple[int, int]:
-    """(spot, dedicated) for n nodes at a spot share; rounds half toward dedicated."""
-    spot = min(n, max(0, math.floor(n * spot_share + 0.5 - 1e-9)))
-    return spot, n - spot
 
 
 def commit_hours(obs: Observation) -> float:

@@ -498,10 +498,6 @@ class Sim:
         return sum(((n.gone_at if n.gone_at is not None else self.now) - n.requested) / 3600
                    * (self.spot_price if n.spot else self.price) for n in self.nodes)
 
-    def mean_task_s(self) -> float | None:
-        d = self.finished_durations
-        return sum(d) / len(d) if d else None
-
     def mean_boot_s(self) -> float:
         """Mean boot time seen so far; before any boot, the trace's median (what the docs would say)."""
         booted = [n.ready_at - n.requested for n in self.nodes if n.ready_at <= self.now]

@@ -179,18 +179,6 @@ def make_scratch(cols: int) -> np.ndarray:
     return np.empty((3, max(1, CHUNK_CELLS // max(1, cols)), cols))
 
 
-def solve_serial(grid: Grid, steps: int | None = None) -> np.ndarray:
-    """The same update on one process without MPI: the reference for tests and benchmarks."""
-    u = np.zeros((grid.nx + 2, grid.ny + 2))
-    v = np.zeros_like(u)
-    u[1:-1, 1:-1] = grid.initial(0, grid.nx, 0, grid.ny)
-    scratch = make_scratch(grid.ny)
-    for _ in range(grid.steps if steps is None else steps):
-        stencil(u, v, grid.rx, grid.ry, scratch)
-        u, v = v, u
-    return u[1:-1, 1:-1].copy()
-
-
 class Block:
     """One rank's part of the grid: its index range, two ghosted buffers, and its neighbours."""
 

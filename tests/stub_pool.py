@@ -1,9 +1,9 @@
-"""A pool that lives in memory: the autoscaler's orchestration is tested against it.
+"""A pool that lives in memory, for the autoscaler tests that need what the local pool cannot do:
+fail on demand (``fail_next``) and report a quota. Everything else is tested on the real local pool.
 
-Like a broker's stub in a task queue library, it ships with upwell so that tests
-of the Autoscaler (observe, decide, act, record) need no processes and no cloud.
-It keeps the contract of upwell.pools.base: scale-in removes idle nodes only,
-never one in the busy set, and ``scale_to`` raises PoolError when told to fail.
+It keeps the contract of upwell.pools.base: scale-in removes idle nodes only, never one in the busy
+set, and ``scale_to`` raises PoolError when told to fail. It lives with the tests because no
+production code uses it.
 """
 
 from __future__ import annotations
