@@ -71,9 +71,9 @@ def _registry(local: bool = False):
     settings = Settings.from_env()
     if local:
         return Registry(None, settings.registry_allowlist)
-    from upwell.cli.pipeline import _storage
+    from upwell.cli.shared import open_storage
 
-    storage = _storage()
+    storage = open_storage()
     return Registry(storage, settings.registry_allowlist)
 
 
