@@ -20,10 +20,7 @@ import signal
 import sys
 import traceback
 
-# The built-in payloads and what they import lazily (scipy.signal alone is about 0.6 s of a welch shard's 1.5 s).
-PRELOAD = ("numpy", "pydantic", "upwell.payloads.models", "upwell.payloads.builtin", "workers.payloads.common",
-           "workers.payloads.logistic", "workers.payloads.channel_stats", "workers.payloads.welch",
-           "scipy.signal", "pyarrow.csv")
+from workers.payloads import PRELOAD
 
 
 def die_with_parent() -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from upwell import logs, names
+from upwell import documents, logs, names
 from upwell.errors import DecodeError, InputRejected
 from upwell.ingest.ingestor import Ingestor, manifests
 from upwell.local.azurite import ACCOUNT, ACCOUNT_KEY
@@ -224,7 +224,7 @@ def test_the_scratch_folder_is_created(tmp_path):
 def test_yaml_python_tags_are_refused(doc, tmp_path):
     marker = tmp_path / "owned"
     with pytest.raises(InputRejected) as err:
-        manifests.parse_document(doc.format(marker=marker).encode(), "incoming/x/job.yaml")
+        documents.parse_document(doc.format(marker=marker).encode(), "incoming/x/job.yaml")
     assert err.value.field == "document" and "constructor" in err.value.message
     assert not marker.exists()
 

@@ -117,6 +117,28 @@ def test_builtins_are_definitions_and_match_their_param_models():
             assert payload_params.validate(d, {}) == defaults, name
 
 
+
+def test_the_warm_runner_preloads_every_plain_builtin_payload():
+    """workers.payloads.PRELOAD names the modules of the built-ins that run as one Python process, no other."""
+    from workers.payloads import PRELOAD
+
+    plain = {loaded.definition.module for loaded in builtins().values()
+             if loaded.definition.module and loaded.definition.launcher.kind == "plain"}
+    preloaded = {m for m in PRELOAD if m.startswith("workers.payloads.")} - {"workers.payloads.common"}
+    assert plain == preloaded
+    assert "torch" not in PRELOAD and "workers.payloads.train" not in PRELOAD
+
+
+def test_a_payload_process_imports_no_definition_machinery():
+    """The payload contract (exit codes, checkpoints) loads neither the definitions nor their parsers."""
+    import subprocess
+    import sys
+
+    code = ("import sys, workers.payloads.common; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pydantic', 'yaml', 'packaging', 'azure', 'structlog') or m.startswith('upwell.payloads.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['upwell.payloads.builtin']"
+
 def test_params_validated_against_the_definition():
     definition = problems(GOOD, ALLOW)[0]
     ok = payload_params.validate(definition, {"n": 5, "t": 280})

@@ -99,11 +99,11 @@ def test_sample_manifests_validate_point_by_point(sample):
     from pathlib import Path
 
     from upwell.ingest import manifests
-    from upwell.payloads import builtin as registry
+    from upwell.payloads import builtin
 
     path = Path(__file__).resolve().parents[2] / sample
     manifest = manifests.load_manifest(path.read_bytes(), sample)
     points = manifests.grid_points(manifest, 100, 64 * 1024)
     assert 4 <= len(points) <= 6
     for point in points:
-        registry.get(manifest.payload).params.model_validate(point)
+        builtin.get(manifest.payload).params.model_validate(point)

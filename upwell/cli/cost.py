@@ -13,7 +13,7 @@ def cost(by: str = typer.Option("job", "--by", help="job, owner or project"),
          since: str = typer.Option("30d", "--since", help="jobs created since: 30d, 12h, 2w or an ISO date"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Cost summed from each shard's node-seconds x price x share of the node, with the estimate's error."""
-    from upwell.cli.pipeline import _storage
+    from upwell.cli.shared import open_storage as _storage
     from upwell.cost.accounting import parse_since, rollup
     from upwell.ledger import Ledger
     from upwell.settings import Settings

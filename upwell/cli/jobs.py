@@ -11,31 +11,10 @@ import typer
 from rich.console import Console
 
 from upwell import names
+from upwell.cli.shared import err, open_storage, resolve
 from upwell.errors import NotFound, UpwellError
 
 console = Console()
-err = Console(stderr=True)
-
-
-def resolve(storage, text: str) -> str:
-    """The job id that ``text`` means; a clear message and exit 1 when there is none."""
-    from upwell.lifecycle.find import NoSuchJob, find_job
-
-    try:
-        found = find_job(storage, text)
-    except NoSuchJob as exc:
-        err.print(f"[red]{exc}[/]", soft_wrap=True)
-        raise typer.Exit(1) from None
-    if found.job_id != text:
-        err.print(f"job {found.job_id}" + (f" ({found.note})" if found.note else ""), soft_wrap=True,
-                  markup=False)
-    return found.job_id
-
-
-def _storage():
-    from upwell.cli.pipeline import _storage as storage
-
-    return storage()
 
 
 def _fail(exc: UpwellError) -> None:
@@ -48,7 +27,7 @@ def cancel(job: str = typer.Argument(..., help="job id, name or upload path"),
     """Stop a job: no more dispatch, its queued messages drained, running shards checkpoint and stop."""
     from upwell.lifecycle.cancel import cancel_job
 
-    storage = _storage()
+    storage = open_storage()
     job_id = resolve(storage, job)
     try:
         c = cancel_job(storage, job_id, wait_s=wait)
@@ -72,7 +51,7 @@ def rerun(job: str = typer.Argument(..., help="job id, name or upload path"),
     if sum(map(bool, (failed, shard, everything))) > 1:
         err.print("[red]give one of --failed, --shard, --all[/]")
         raise typer.Exit(2)
-    storage = _storage()
+    storage = open_storage()
     job_id = resolve(storage, job)
     try:
         again = rerun_job(storage, job_id, failed=failed, shard_ids=shard or None, everything=everything)
@@ -90,7 +69,7 @@ def delete(job: str = typer.Argument(..., help="job id, name or upload path"),
     """Remove a job's blobs (shards, checkpoints, results, report, its upload) and its ledger rows."""
     from upwell.lifecycle.cleanup import delete_job
 
-    storage = _storage()
+    storage = open_storage()
     job_id = resolve(storage, job)
     try:
         d = delete_job(storage, job_id, force=force)
@@ -106,7 +85,7 @@ def prune(older_than: str = typer.Option(..., "--older-than", help="age such as 
     from upwell.lifecycle.cleanup import prune as do_prune
 
     try:
-        gone = do_prune(_storage(), parse_age(older_than), dry_run=dry_run)
+        gone = do_prune(open_storage(), parse_age(older_than), dry_run=dry_run)
     except UpwellError as exc:
         _fail(exc)
     for d in gone:
@@ -118,7 +97,7 @@ def prune(older_than: str = typer.Option(..., "--older-than", help="age such as 
 def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
          shard: str = typer.Argument(..., help="shard id, e.g. s00003")) -> None:
     """Print a shard's payload.log (its latest attempt)."""
-    storage = _storage()
+    storage = open_storage()
     job_id = resolve(storage, job)
     try:
         data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/payload.log")

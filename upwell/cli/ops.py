@@ -20,14 +20,14 @@ def janitor(apply: bool = typer.Option(False, "--apply", help="act as the policy
     UPWELL_BATCH_ACCOUNT_URL (and the ledger, for jobs past their max wall-clock). Every finding is recorded."""
     from dataclasses import replace
 
-    from upwell.cli.pipeline import _storage
+    from upwell.cli.shared import open_storage
     from upwell.ops import janitor as J
 
     console = Console()
     pol = J.Policy.load(policy)
     if include_untagged:
         pol = replace(pol, include_untagged=True)
-    findings = J.run(_storage(), apply=apply, policy=pol)
+    findings = J.run(open_storage(), apply=apply, policy=pol)
     if as_json:
         console.print_json(json.dumps([f.as_row() for f in findings]))
         return

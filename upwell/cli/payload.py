@@ -31,10 +31,10 @@ import typer
 from upwell import names
 from upwell.errors import InputRejected, TransientError, UpwellError
 from upwell.messages import WorkItem
-from upwell.payloads import builtin as registry
+from upwell.payloads.builtin import EXIT_PREEMPTED
 
 payload_app = typer.Typer(no_args_is_help=True, help="Run and inspect the registered payloads.")
-EXIT_CODES = {"succeeded": 0, "preempted": registry.EXIT_PREEMPTED, "failed": 1}
+EXIT_CODES = {"succeeded": 0, "preempted": EXIT_PREEMPTED, "failed": 1}
 
 
 def register(app: typer.Typer) -> None:
@@ -71,9 +71,9 @@ def _registry(local: bool = False):
     settings = Settings.from_env()
     if local:
         return Registry(None, settings.registry_allowlist)
-    from upwell.cli.pipeline import _storage
+    from upwell.cli.shared import open_storage
 
-    storage = _storage()
+    storage = open_storage()
     return Registry(storage, settings.registry_allowlist)
 
 

@@ -15,19 +15,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from upwell import names
+from upwell.cli.shared import err, open_storage, print_actions, resolve
 
 console = Console(stderr=False)
 STATE = Path(os.environ.get("UPWELL_HOME", ".upwell"))
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _storage():
-    from upwell.storage import Storage
-
-    identity = any(k.startswith(f"{names.CONNECTION}__") for k in os.environ)
-    if not os.environ.get(names.CONNECTION) and not identity:
-        os.environ[names.CONNECTION] = "UseDevelopmentStorage=true"  # the local emulator by default
-    return Storage()
 
 
 def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP triggers (127.0.0.1)"),
@@ -51,7 +43,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         signal.signal(sig, lambda *_: stopping.set())
     died = False
     try:
-        stack.start_storage()
+        stack.startopen_storage()
         owner.claim("up", STATE, ports, http_port)
         where = (f"started, data in {STATE / 'azurite'}" if stack.azurite is not None else
                  "REUSED: an Azurite that upwell did not start here already listens there; its data is wherever "
@@ -147,7 +139,7 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
     from upwell.ingest.submit import check
     from upwell.ingest.submit import submit as do_submit
 
-    storage = _storage()
+    storage = open_storage()
     try:
         plans = check(storage, paths, prefix)
     except (InputRejected, FileNotFoundError) as exc:
@@ -179,17 +171,16 @@ def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of
     """Upload pipeline rules to the pipelines container."""
     from upwell.ingest.submit import push_rules
 
-    for name in push_rules(_storage(), paths):
+    for name in push_rules(open_storage(), paths):
         console.print(f"rule pipelines/{name}")
 
 
 def status(job: str = typer.Argument(None, help="a job id, name or upload path; all jobs when omitted"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Report where jobs stand."""
-    from upwell.cli.jobs import resolve
     from upwell.results.status import job_status, list_jobs
 
-    storage = _storage()
+    storage = open_storage()
     if job:
         job = resolve(storage, job)
         st = job_status(storage, job)
@@ -218,7 +209,6 @@ def status(job: str = typer.Argument(None, help="a job id, name or upload path; 
         console.print(table)
     else:  # a pipe or a file: as wide as the rows need, not 80 columns
         Console(width=max(console.width, table.columns[0].min_width + 140)).print(table)
-    from upwell.cli.reconcile import print_actions
     from upwell.ops.reconcile import recent_actions
 
     actions = recent_actions(storage, limit=10)
@@ -246,7 +236,7 @@ def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:
     """Live progress until every job is reported (or rejected); returns the last statuses."""
     from upwell.results.status import job_status
 
-    storage = _storage()
+    storage = open_storage()
     final: dict[str, dict] = {}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                TimeElapsedColumn())
@@ -287,10 +277,9 @@ def watch(job: list[str] = typer.Argument(..., help="job ids, names or upload pa
 def _known_job(text: str) -> str:
     """A job that exists, or an id or path whose upload is in incoming/ and not yet ingested (the job that its
     ingest will create); else 'no such job' now."""
-    from upwell.cli.jobs import err
     from upwell.lifecycle.find import NoSuchJob, find_job, pending_path, pending_upload
 
-    storage = _storage()
+    storage = open_storage()
     try:
         return find_job(storage, text).job_id
     except NoSuchJob as exc:
@@ -303,7 +292,7 @@ def _known_job(text: str) -> str:
 
 
 def fetch_report(job_id: str, dest_root: Path | None = None) -> Path:
-    storage = _storage()
+    storage = open_storage()
     dest = (dest_root or STATE / "reports") / job_id
     found = False
     for blob in storage.list(names.REPORTS, f"{job_id}/"):
@@ -321,10 +310,8 @@ def fetch_report(job_id: str, dest_root: Path | None = None) -> Path:
 
 def report(job: str = typer.Argument(..., help="job id, name or upload path")) -> None:
     """Download a job's report to .upwell/reports/<job>/ and print its index.html."""
-    from upwell.cli.jobs import resolve
-
     try:
-        console.print(str(fetch_report(resolve(_storage(), job))), soft_wrap=True, markup=False)
+        console.print(str(fetch_report(resolve(open_storage(), job))), soft_wrap=True, markup=False)
     except FileNotFoundError as exc:
         console.print(f"[red]{exc}[/]")
         raise typer.Exit(1) from None

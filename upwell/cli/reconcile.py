@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-console = Console()
+from upwell.cli.shared import open_storage, print_actions
 
 
 def reconcile(dry_run: bool = typer.Option(False, "--dry-run", help="find and show, change nothing"),
@@ -16,26 +14,17 @@ def reconcile(dry_run: bool = typer.Option(False, "--dry-run", help="find and sh
     re-drive them through ingest and collect (idempotent). Every action is logged and shown by `upwell status`."""
     import dataclasses
 
-    from upwell.cli.pipeline import _storage
     from upwell.ops.reconcile import Reconciler
     from upwell.settings import Settings
 
     settings = Settings.from_env()
     if grace_s is not None:
         settings = dataclasses.replace(settings, reconcile_grace_s=grace_s)
-    result = Reconciler(_storage(), settings, dry_run=dry_run).run()
+    result = Reconciler(open_storage(), settings, dry_run=dry_run).run()
     print_actions([a.__dict__ for a in result.actions], f"reconcile{' (dry run)' if dry_run else ''}: "
                   f"{result.listed} listed, {result.events} feed records, {result.checked} checked, "
                   f"{len(result.actions)} actions, "
                   f"{result.seconds:.2f} s")
-
-
-def print_actions(actions: list[dict], title: str) -> None:
-    table = Table("at", "kind", "target", "outcome", "detail", title=title)
-    for a in actions:
-        table.add_row(str(a.get("at") or "")[:19], a.get("kind") or "", a.get("target") or "",
-                      a.get("outcome") or "", (a.get("detail") or "")[:80])
-    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -21,9 +21,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from upwell import logs, names
+from upwell.documents import archive_kind
 from upwell.errors import InputRejected, NotFound, UpwellError
 from upwell.ingest import manifests
-from upwell.ingest.sharding import CsvOptions, archive_kind, shard_csv, shard_parquet
+from upwell.ingest.sharding import CsvOptions, shard_csv, shard_parquet
 from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode

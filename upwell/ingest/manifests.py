@@ -1,12 +1,12 @@
 """Job manifests and pipeline rules, validated with pydantic.
 
 Errors name the field (``grid.r[3]``), the row, or the limit that failed.
-YAML is parsed with the safe loader only, and alias bombs are refused.
+The documents are read by ``upwell.documents`` (the safe loader only, alias bombs refused);
+a manifest's payload and params are checked against the payload registry's definitions.
 """
 
 from __future__ import annotations
 
-import codecs
 import fnmatch
 import hashlib
 import itertools
@@ -15,16 +15,14 @@ import math
 import re
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from upwell.documents import parse_document
 from upwell.errors import InputRejected
-from upwell.ingest.sharding import archive_kind
+from upwell.payloads import params as payload_params
+from upwell.payloads.registry import Registry, builtins
 
-MAX_ALIASES = 100
 PAYLOAD_REF = r"[a-z][a-z0-9-]{0,62}(@[0-9A-Za-z][0-9A-Za-z.+-]{0,63})?"
-MAX_DOCUMENT_BYTES = 1 << 20  # a manifest or rule; data goes in data blobs, not in the document
-MAX_NODES = 100_000  # values in the document once aliases are expanded (a billion-laughs guard)
 
 
 class Resources(BaseModel):
@@ -74,8 +72,6 @@ class Manifest(BaseModel):
     def _known_payload(cls, v: str, info: ValidationInfo) -> str:
         """A registered definition's name, optionally pinned to a version (``name@1.2.0``). The known
         names come in the validation context (the ingestor reads the registry); built-ins by default."""
-        from upwell.payloads.registry import builtins
-
         known = (info.context or {}).get("payloads") or sorted(builtins())
         if not re.fullmatch(PAYLOAD_REF, v) or v.split("@", 1)[0] not in known:
             raise ValueError(f"unknown payload {v!r}; registered: {sorted(known)}")
@@ -129,89 +125,6 @@ class PipelineRule(BaseModel):
         return fnmatch.fnmatchcase(name, self.match)
 
 
-class _SafeLoader(yaml.SafeLoader):
-    """SafeLoader that counts aliases, so a billion-laughs document is refused early."""
-
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self._aliases = getattr(self, "_aliases", 0) + 1
-            if self._aliases > MAX_ALIASES:
-                raise InputRejected(f"YAML uses more than {MAX_ALIASES} aliases", field="yaml",
-                                    limit=f"max_aliases={MAX_ALIASES}")
-        return super().compose_node(parent, index)
-
-
-def _text(data: bytes, source: str) -> str:
-    """UTF-8 (with or without a BOM) or UTF-16 with a BOM, as editors on any platform save it."""
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise InputRejected(f"{source} is {len(data)} bytes; a manifest or rule may be at most "
-                            f"{MAX_DOCUMENT_BYTES} (put data in data blobs)", field="size",
-                            limit=f"max_document_bytes={MAX_DOCUMENT_BYTES}", source=source)
-    kind = archive_kind(data[:512])
-    if kind:
-        raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "
-                            "themselves", field="document", source=source)
-    utf16 = data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
-    try:
-        return data.decode("utf-16" if utf16 else "utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputRejected(f"{source} is not UTF-8 text (byte {exc.start})", field="encoding", source=source) from None
-
-
-def _check_size(doc: Any, source: str) -> None:
-    """Refuse documents whose aliases expand past MAX_NODES values, or refer to themselves."""
-    budget, stack, path = MAX_NODES, [doc], set()
-    while stack:
-        node = stack.pop()
-        if node is _LEAVE:
-            path.discard(stack.pop())
-            continue
-        budget -= 1
-        if budget < 0:
-            raise InputRejected(f"{source}: the document expands to more than {MAX_NODES} values "
-                                "(YAML aliases?)", field="yaml", limit=f"max_nodes={MAX_NODES}", source=source)
-        if isinstance(node, dict | list):
-            if id(node) in path:
-                raise InputRejected(f"{source}: the document refers to itself (a recursive YAML alias)",
-                                    field="yaml", source=source)
-            path.add(id(node))
-            stack += [id(node), _LEAVE]
-            stack += list(node.values()) + list(node) if isinstance(node, dict) else list(node)
-
-
-_LEAVE = object()
-
-
-def parse_document(data: bytes, source: str) -> dict:
-    """Parse YAML or JSON bytes into a dict; safe loader only."""
-    text = _text(data, source)
-    if not text.strip():
-        raise InputRejected(f"{source} is empty", field="document", source=source)
-    try:
-        # The safe loader only (a SafeLoader subclass): no python/* tags, aliases counted.
-        doc = json.loads(text) if source.endswith(".json") else yaml.load(text, Loader=_SafeLoader)
-    except RecursionError:
-        raise InputRejected(f"{source}: the document is nested too deeply", field="document",
-                            source=source) from None
-    except json.JSONDecodeError as exc:
-        raise InputRejected(f"{source}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                            field="document", row=exc.lineno, source=source) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        row = mark.line + 1 if mark else None
-        raise InputRejected(f"{source}: invalid YAML{f' at line {row}' if row else ''}: "
-                            f"{getattr(exc, 'problem', None) or exc}", field="document", row=row,
-                            source=source) from None
-    except ValueError as exc:  # e.g. an integer longer than Python converts (4300 digits)
-        raise InputRejected(f"{source}: a value cannot be read: {str(exc)[:200]}", field="document",
-                            source=source) from None
-    if not isinstance(doc, dict):
-        raise InputRejected(f"{source} must be a mapping at the top level, not {type(doc).__name__}",
-                            field="document", source=source)
-    _check_size(doc, source)
-    return doc
-
-
 def _loc(loc: tuple) -> str:
     out = ""
     for part in loc:
@@ -234,9 +147,7 @@ def hint(model: type[BaseModel] | None, err: dict) -> str:
     """'; did you mean budget_usd?' for a misspelt field (an unknown key close to a known one), else ''."""
     if err.get("type") != "extra_forbidden" or model is None or not err.get("loc"):
         return ""
-    from upwell.payloads.params import did_you_mean
-
-    return did_you_mean(str(err["loc"][-1]), list(model.model_fields))
+    return payload_params.did_you_mean(str(err["loc"][-1]), list(model.model_fields))
 
 
 def validate(model: type[BaseModel], doc: dict, source: str, payloads: list[str] | None = None):
@@ -270,9 +181,6 @@ def grid_size(grid: dict[str, list[Any]]) -> int:
 def grid_points(m: Manifest, max_shards: int, max_param_bytes: int, definition=None) -> list[dict[str, Any]]:
     """Expand the grid into parameter points, one per shard, each validated against the payload's
     definition (a built-in one when ``definition`` is None)."""
-    from upwell.payloads import params as payload_params
-    from upwell.payloads.registry import Registry
-
     n = grid_size(m.grid)
     if n > max_shards:
         raise InputRejected(f"grid has {n} points; the limit is {max_shards} shards per job",

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from upwell.documents import archive_kind
 from upwell.errors import InputRejected
 from upwell.ingest import csvblocks
 
@@ -22,20 +23,6 @@ MAX_LINE_BYTES = 1 << 20
 # Only CR, LF and CRLF end a CSV line. str.splitlines() also splits at \v, \f, \x1c-\x1e, \x85,
 # \u2028 and \u2029, which are ordinary characters inside a field.
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
-ARCHIVE_MAGIC = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"),
-                 (b"\xfd7zXZ\x00", "xz"), (b"7z\xbc\xaf\x27\x1c", "7z"), (b"Rar!\x1a\x07", "rar"),
-                 (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
-
-
-def archive_kind(head: bytes) -> str:
-    """The archive or compression format ``head`` (the first bytes of a file) starts with, or ''."""
-    for magic, kind in ARCHIVE_MAGIC:
-        if head.startswith(magic):
-            return kind
-    if len(head) >= 262 and head[257:262] == b"ustar":
-        return "tar"
-    return ""
-
 
 @dataclass(frozen=True)
 class Shard:

@@ -44,7 +44,7 @@ HOW_TO_ADD = {"gmx": "as root run `make gromacs` (apt-get install gromacs), then
 
 def missing_tool(folder: Path) -> str | None:
     """The tool a sample's payload definition runs when it is not on PATH (its samples are skipped), else None."""
-    from upwell.ingest.manifests import parse_document
+    from upwell.documents import parse_document
     from upwell.payloads.registry import builtins
 
     manifest = next((folder / m for m in ("job.yaml", "job.yml", "job.json") if (folder / m).exists()), None)

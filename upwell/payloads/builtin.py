@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from upwell.payloads import models as P
@@ -46,13 +46,8 @@ def _payloads() -> dict[str, PayloadSpec]:
     return {name: spec_of(loaded.definition) for name, loaded in builtins().items() if loaded.definition.module}
 
 
-def __getattr__(name: str) -> Any:
-    # PAYLOADS is built on first use: a payload process imports this module for its exit codes only.
-    if name == "PAYLOADS":
-        return _payloads()
-    raise AttributeError(name)
-
-# Exit codes of the payload process (see workers/payloads/README.md).
+# Exit codes of the payload process (see workers/payloads/README.md). A payload process imports this
+# module for them only, so the definitions are read on first use (``get``), never at import.
 EXIT_OK = 0
 EXIT_PREEMPTED = 75  # checkpointed on SIGTERM; not a failure
 EXIT_BAD_INPUT = 65  # the input cannot be used (EX_DATAERR): permanent, never retried

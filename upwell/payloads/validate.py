@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from upwell.documents import parse_document
 from upwell.errors import InputRejected
 from upwell.payloads.definition import (
     BUILTINS,
@@ -22,6 +23,7 @@ from upwell.payloads.definition import (
     registry_allowed,
     registry_of,
 )
+from upwell.payloads.params import check_value
 
 ARGV_PATHS = ("command", "checkpoint.resume")
 
@@ -170,8 +172,6 @@ def _defaults(d: Definition) -> list[Problem]:
     out = []
     for name, p in d.params.items():
         if p.default is not None:
-            from upwell.payloads.params import check_value
-
             err = check_value(name, p, p.default)
             if err:
                 out.append(Problem("invalid", f"params.{name}.default", err))
@@ -198,8 +198,6 @@ def problems(doc: Any, allowlist: tuple[str, ...]) -> tuple[Definition | None, l
 
 def load(data: bytes, source: str, allowlist: tuple[str, ...], *, builtin: bool = False) -> Loaded:
     """Parse and check a definition file; raise DefinitionError listing every problem."""
-    from upwell.ingest.manifests import parse_document
-
     doc = parse_document(data, source if source.endswith((".yaml", ".yml", ".json")) else source + ".yaml")
     definition, found = problems(doc, allowlist)
     if found or definition is None:

@@ -29,11 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from upwell.payloads import builtin as _registry
-from upwell.payloads.builtin import EXIT_OK, EXIT_PREEMPTED
+from upwell.payloads.builtin import EXIT_BAD_INPUT, EXIT_OK, EXIT_PREEMPTED
 
 EXIT_FAILED = 1
-EXIT_BAD_INPUT = _registry.EXIT_BAD_INPUT  # sysexits EX_DATAERR: the input or parameters are unusable
 
 ITEM_FILE = "item.json"
 PROGRESS_FILE = "progress.json"

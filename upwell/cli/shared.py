@@ -1,0 +1,53 @@
+"""What the command groups share, below all of them: the storage a command reaches, a JOB argument
+resolved to a job id, and the table of reconciler actions.
+
+Every command module imports from here and none imports another command module, so the groups stay
+independent (``upwell status`` shows the reconciler's actions without importing ``upwell reconcile``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from upwell import names
+
+console = Console()
+err = Console(stderr=True)
+
+
+def open_storage():
+    """The Storage the commands use: the configured connection, else the local emulator."""
+    from upwell.storage import Storage  # the SDK clients load only for a command that talks to storage
+
+    identity = any(k.startswith(f"{names.CONNECTION}__") for k in os.environ)
+    if not os.environ.get(names.CONNECTION) and not identity:
+        os.environ[names.CONNECTION] = "UseDevelopmentStorage=true"  # the local emulator by default
+    return Storage()
+
+
+def resolve(storage, text: str) -> str:
+    """The job id that ``text`` means; a clear message and exit 1 when there is none."""
+    from upwell.lifecycle.find import NoSuchJob, find_job
+
+    try:
+        found = find_job(storage, text)
+    except NoSuchJob as exc:
+        err.print(f"[red]{exc}[/]", soft_wrap=True)
+        raise typer.Exit(1) from None
+    if found.job_id != text:
+        err.print(f"job {found.job_id}" + (f" ({found.note})" if found.note else ""), soft_wrap=True,
+                  markup=False)
+    return found.job_id
+
+
+def print_actions(actions: list[dict], title: str) -> None:
+    """The reconciler's actions as a table (``upwell reconcile`` and ``upwell status``)."""
+    table = Table("at", "kind", "target", "outcome", "detail", title=title)
+    for a in actions:
+        table.add_row(str(a.get("at") or "")[:19], a.get("kind") or "", a.get("target") or "",
+                      a.get("outcome") or "", (a.get("detail") or "")[:80])
+    console.print(table)
