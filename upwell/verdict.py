@@ -1,6 +1,6 @@
 """What becomes of a delivery and of an attempt: the only place that decides an attempt's fate.
-Pure: no I/O, and no clock but the ``now`` it is given; the agent gathers the facts once, asks
-here once, and acts on the Verdict.
+Pure: no I/O, and no clock but the ``now`` it is given (the agent always gives one); the agent
+gathers the facts once, asks here once, and acts on the Verdict.
 
 Rules (DESIGN.md, "Semantics that must hold"), in the order they are tried:
 
@@ -98,7 +98,8 @@ def decide_delivery(*, decoded: bool, result_exists: bool, dequeue_count: int, s
                     config: AttemptConfig, now: datetime | None = None, cap: int = 0,
                     active: Sequence[tuple[str, str]] = ()) -> Verdict:
     """Before an attempt: run it, or settle the message without running. ``now``: when the facts were
-    gathered (the job's wall-clock limit is judged against it); ``cap``: concurrency_cap; ``active``:
+    gathered (the job's wall-clock limit is judged against it; None reads the clock, for callers that
+    judge nothing by time); ``cap``: concurrency_cap; ``active``:
     (server write time, shard id) of the job's running shards, read when there is a cap."""
     if not decoded:
         return Verdict(VerdictKind.POISON, reason="the message cannot be decoded")

@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 import threading
-from dataclasses import dataclass
+from pathlib import Path
 
 from upwell import logs, names
 from upwell.errors import UpwellError
 from upwell.ledger import JobState, Ledger
 from upwell.ops import wallclock
 from upwell.payloads.registry import Registry
-from upwell.settings import Settings, env_bool, env_float, env_int
+from upwell.settings import Settings, env_float
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 from upwell.verdict import (
@@ -39,6 +38,7 @@ from upwell.verdict import (
     decide_claim,
     decide_delivery,
 )
+from workers.config import AgentConfig
 from workers.delivery import Hand, gather
 from workers.jobrows import JobRows
 from workers.launch import run_payload
@@ -46,47 +46,8 @@ from workers.leasing import LeaseLoop
 from workers.node import Node
 from workers.settle import Settler
 from workers.staging import Staging, may_resume
-from workers.supervision import SHARED_MACHINE, CancelWatch, install_signals, node_clock
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    pool: str
-    lease_s: int = 60  # visibility timeout, extended every lease_s / 3 while the payload runs
-    idle_exit_s: float = 0.0  # 0: never exit for idleness
-    poll_s: float = 1.0
-    max_dequeue_count: int = 5  # real failures before poison (host.json maxDequeueCount)
-    retry_backoff_s: float = 2.0  # a failed attempt waits backoff * 2^(attempt-1) s, at most 60
-    defer_s: int = 2  # a shard whose job is at its concurrency cap waits this long (plus jitter)
-    node_id: str = ""
-    spot: bool = False
-    vm_size: str = "local"
-    state_file: str = ""  # where the local pool reads this worker's state
-    scratch: str = ""
-    max_items: int = 0  # 0: unlimited
-    ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
-    slots: int = 1  # work items run at once (the pool's tasks per node); 1: one after another
-    job_row_ttl_s: float = 5.0  # a job row read this recently is reused (workers.jobrows); 0: read every delivery
-    shared_machine: bool = False  # local nodes share this machine's CPUs: picks the node clock (workers.supervision)
-
-    @classmethod
-    def from_env(cls, pool: str, **overrides) -> AgentConfig:
-        """From the node's environment; a bad value raises ConfigError naming the variable."""
-        env = os.environ
-        node = env.get("UPWELL_NODE_ID") or env.get("AZ_BATCH_NODE_ID") or f"{socket.gethostname()}-{os.getpid()}"
-        kw = dict(pool=pool, node_id=node, spot=env_bool(env, "UPWELL_NODE_SPOT"),
-                  vm_size=env.get("UPWELL_VM_SIZE", "local"), state_file=env.get("UPWELL_STATE_FILE", ""),
-                  scratch=env.get("UPWELL_SCRATCH", ""),
-                  max_dequeue_count=env_int(env, "UPWELL_MAX_DEQUEUE_COUNT", 5, minimum=1),
-                  lease_s=env_int(env, "UPWELL_LEASE_S", 60, minimum=1),
-                  retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
-                  poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
-                  ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0),
-                  slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1),
-                  job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0),
-                  shared_machine=env_bool(env, SHARED_MACHINE))
-        kw.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**kw)
+from workers.supervision import CancelWatch, install_signals, node_clock
+from workers.workdir import LaunchResult
 
 
 class Agent:
@@ -152,30 +113,40 @@ class Agent:
         return verdict
 
     def _attempt(self, hand: Hand) -> str:
-        """stage in -> run payload -> checkpoint -> stage out -> ack, as decide_attempt rules."""
-        item = hand.item
+        """stage in -> run payload -> (as decide_attempt rules) checkpoint -> stage out -> ack."""
         hand.started = now_iso()
-        with self.staging.workdir(item.shard_id) as root:
+        with self.staging.workdir(hand.item.shard_id) as root:
             try:
-                waited = self.clock.thread_waited()
-                input_path = self.staging.stage_in(item, root)
-                resume = self.staging.checkpoint_in(item, root) if may_resume(hand.shard, hand.etag) else None
-                hand.staging_wait_s = self.clock.thread_waited() - waited
-                hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
-                watch = CancelWatch(self.ledger, item.job_id, self.stop, rows=self.jobs)
-                result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
-                                     on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
-                                     definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
-                                     clock=self.clock)
-                self.staging.keep_log(item, result)
-                ended = AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
-                                      stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),
-                                      timed_out=result.timed_out)
-                verdict = decide_attempt(ended, hand.shard, item.attempt, self.attempts, job=hand.job)
+                input_path, resume = self._stage_in(hand, root)
+                result, ended = self._run_payload(hand, root, input_path, resume)
+                verdict = decide_attempt(ended, hand.shard, hand.item.attempt, self.attempts, job=hand.job)
                 return self.settle.act(hand, verdict, result, input_path)
             except UpwellError as exc:  # staging, the launcher refusing the parameters, storage
-                verdict = decide_attempt(AttemptResult(error=exc), hand.shard, item.attempt, self.attempts)
+                verdict = decide_attempt(AttemptResult(error=exc), hand.shard, hand.item.attempt, self.attempts)
                 return self.settle.act(hand, verdict, error=exc)
+
+    def _stage_in(self, hand: Hand, root: Path) -> tuple[Path | None, Path | None]:
+        """The input and (unless this is the shard's first attempt) the kept checkpoint; the node clock
+        counts how long this slot's thread waited for a CPU meanwhile."""
+        item, waited = hand.item, self.clock.thread_waited()
+        input_path = self.staging.stage_in(item, root)
+        resume = self.staging.checkpoint_in(item, root) if may_resume(hand.shard, hand.etag) else None
+        hand.staging_wait_s = self.clock.thread_waited() - waited
+        hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
+        return input_path, resume
+
+    def _run_payload(self, hand: Hand, root: Path, input_path: Path | None,
+                     resume: Path | None) -> tuple[LaunchResult, AttemptResult]:
+        """Run the payload, renewing the lease and watching for a cancel; keep its log; how it ended."""
+        item, watch = hand.item, CancelWatch(self.ledger, hand.item.job_id, self.stop, rows=self.jobs)
+        result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
+                             on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
+                             definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
+                             clock=self.clock)
+        self.staging.keep_log(item, result)
+        return result, AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
+                                     stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),
+                                     timed_out=result.timed_out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,18 +15,21 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from upwell.errors import UpwellError
 from upwell.lease import Lease
 from upwell.storage import Storage
 from workers.node import Node
 
+if TYPE_CHECKING:
+    from workers.config import AgentConfig
+
 
 class LeaseLoop:
     """State: how many messages were handled (``processed``), under a lock the slots share."""
 
-    def __init__(self, storage: Storage, queue_name: str, config: Any, node: Node, *, stop: threading.Event,
+    def __init__(self, storage: Storage, queue_name: str, config: AgentConfig, node: Node, *, stop: threading.Event,
                  drain: threading.Event, log: Any) -> None:
         self.storage, self.queue_name, self.config, self.node = storage, queue_name, config, node
         self.queue = storage.queue(queue_name)

@@ -6,8 +6,9 @@
 - **Cancel** (``CancelWatch``): how a running attempt learns of ``upwell cancel``.
 - **Node time** (``NodeClock``), chosen once at start-up by ``node_clock``. On Azure a node's cores are its
   own: ``WallClock`` watches nothing and takes nothing off. Where local nodes share one machine (the
-  shared-machine setting, ``SHARED_MACHINE``, which ``upwell up`` sets), ``upwell.local.cpuwait`` counts
-  the time a payload and the agent's staging waited for a CPU that another "node" held: not node time.
+  shared-machine setting, ``workers.config.SHARED_MACHINE``, which ``upwell up`` sets),
+  ``upwell.local.cpuwait`` counts the time a payload and the agent's staging waited for a CPU that
+  another "node" held: not node time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from upwell.ledger import Ledger
 from upwell.rows import JobState
 from workers.jobrows import JobRows
 
-SHARED_MACHINE = "UPWELL_SHARED_MACHINE"  # the one name of the shared-machine setting; read by AgentConfig
 CANCEL_MAX_AGE_S = 1.0  # a running attempt's tick reuses a job row read this recently (workers.jobrows)
 
 

@@ -23,9 +23,9 @@ from upwell.local.cpuwait import PayloadWait, RunQueueClock
 from upwell.messages import WorkItem
 from upwell.settings import Settings
 from workers import results
-from workers.agent import AgentConfig
+from workers.config import SHARED_MACHINE, AgentConfig
 from workers.launch import run_payload
-from workers.supervision import SHARED_MACHINE, WallClock, node_clock
+from workers.supervision import WallClock, node_clock
 
 HOG = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
 
