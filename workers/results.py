@@ -25,7 +25,7 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
              artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "",
              cpu_wait_s: float = 0.0) -> dict:
     """The shard's result document. ``cpu_wait_s``: time the attempt waited for a CPU on a machine that local
-    nodes share; it is not node time (workers.agent.Agent._cpu_wait)."""
+    nodes share; it is not node time (workers.settle.cpu_wait)."""
     queued = shard.queued_at or None
     definition = dict(getattr(launch, "definition", None) or {}) or _definition_of(job)
     metrics = dict(getattr(launch, "metrics", None) or {})
@@ -89,3 +89,11 @@ def write(storage: Storage, item: WorkItem, doc: dict) -> bool:
     data = json.dumps(doc, indent=1, default=str).encode()
     return storage.write(f"{names.RESULTS}/{item.result_blob}", data, overwrite=False,
                          content_type="application/json")
+
+
+def note_row(doc: dict, seen: dict[str, str] | None) -> None:
+    """Record in the result the shard row as the agent left it (``Hand.seen_row``), so collect can try its
+    transaction on it without reading the row (upwell.results.collect; a row that has moved on since only
+    fails the ETag)."""
+    if seen:
+        doc["shard_row"] = seen

@@ -5,7 +5,7 @@ Steps, all in the work dir W and none through a shell: write the definition's
 checkpoint files back from ``W/ckpt/``, run each ``prepare`` argv, then the
 ``command`` (under the launcher; with ``checkpoint.resume`` appended when a
 checkpoint file is there), supervised by the same loop as the Python payloads
-(``workers.launch``): lease ticks, the definition's stop signal and grace on a
+(``workers.process``): lease ticks, the definition's stop signal and grace on a
 stop request. Then the checkpoint files are copied to ``W/ckpt/`` (the agent
 stages them out), and on success the post-steps run, artifacts are copied to
 ``W/out/`` and metrics are read (JSON files, named regexes over the tool's log
@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
@@ -38,7 +38,12 @@ from upwell.payloads import params as payload_params
 from upwell.payloads.argv import command_argv, values_for
 from upwell.payloads.definition import Definition, render
 from upwell.payloads.validate import Loaded
-from workers import launch
+from workers.process import TAIL_BYTES, TICK_S, start, supervise
+from workers.procs import shield_mpiexec
+from workers.workdir import LaunchResult, prepare_workdir
+
+if TYPE_CHECKING:
+    from workers.supervision import NodeClock
 
 STEP_TIMEOUT_S = 600.0
 
@@ -133,15 +138,16 @@ def _status(d: Definition, code: int | None, outcome, kept: int) -> str:
 def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                    resume_dir: Path | None = None, stop: threading.Event | None = None,
                    on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                   tick_s: float = launch.TICK_S) -> launch.LaunchResult:
-    """Run one attempt of ``item`` with definition ``loaded``; InputRejected for bad params or input."""
+                   tick_s: float = TICK_S, clock: NodeClock | None = None) -> LaunchResult:
+    """Run one attempt of ``item`` with definition ``loaded``; InputRejected for bad params or input.
+    ``clock``: the node clock that watches the tool for CPU wait (``workers.supervision``); None: nothing."""
     d = loaded.definition
     workdir = Path(workdir).resolve()
     params = payload_params.validate(d, item.params)
     if d.input.required and input_path is None:
         raise InputRejected(f"payload {d.name!r} needs an input file", field="input_blob")
-    launch.prepare_workdir(item, workdir, params=params, input_path=input_path, resume_dir=resume_dir,
-                           launcher=d.launcher.kind)
+    prepare_workdir(item, workdir, params=params, input_path=input_path, resume_dir=resume_dir,
+                    launcher=d.launcher.kind)
     values = values_for(d, item, workdir, params)
     _write_inputs(d, workdir, values, input_path)
     resumed = _restore_checkpoint(d, workdir)
@@ -149,17 +155,17 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
     for argv in d.prepare:
         code, text = _step([render(a, values) for a in argv], workdir, env)
         if code != 0:
-            return _result(loaded, workdir, "failed", code, text[-launch.TAIL_BYTES:], started, resumed,
+            return _result(loaded, workdir, "failed", code, text[-TAIL_BYTES:], started, resumed,
                            permanent=code in d.exit_codes.bad_input)
     if stop is not None and stop.is_set():
         return _result(loaded, workdir, "preempted", None, "", started, resumed)
     argv = command_argv(d, values, resume=resumed)
     try:
-        proc, streams = launch._start(argv, workdir, env, shield_mpiexec=launch._shield_mpiexec(d.launcher.kind))
+        proc, streams = start(argv, workdir, env, shield_mpiexec=shield_mpiexec(d.launcher.kind))
     except FileNotFoundError:
         return _result(loaded, workdir, "failed", 127, f"{argv[0]}: not found on PATH", started, resumed)
-    outcome = launch._supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
-                                grace_s=d.checkpoint.grace_s, stop_signal=signal.Signals[d.checkpoint.signal])
+    outcome = supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
+                        grace_s=d.checkpoint.grace_s, stop_signal=signal.Signals[d.checkpoint.signal], clock=clock)
     streams.join()
     kept = _keep_checkpoint(d, workdir)
     status = _status(d, proc.returncode, outcome, kept)
@@ -193,7 +199,7 @@ def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, s
     for step in d.outputs.post:
         code, text = _step([render(a, values) for a in step.command], workdir, env, render(step.stdin, values))
         if code != 0:
-            return f"post-step {step.command[0]} exited {code}:\n{text[-launch.TAIL_BYTES:]}"
+            return f"post-step {step.command[0]} exited {code}:\n{text[-TAIL_BYTES:]}"
         if step.metrics_json:
             metrics.update(_json_metrics(workdir / step.metrics_json))
         metrics.update(_regex_metrics(step.metrics_regex, text))
@@ -207,11 +213,11 @@ def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, s
 
 def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: str, started: float,
             resumed: bool, *, checkpoints: int = 0, timed_out: bool = False,
-            permanent: bool = False, cpu_wait_s: float = 0.0) -> launch.LaunchResult:
+            permanent: bool = False, cpu_wait_s: float = 0.0) -> LaunchResult:
     out = workdir / "out"
     artifacts = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "metrics.json")
     log_path = workdir / "payload.log"
-    return launch.LaunchResult(
+    return LaunchResult(
         status=status, exit_code=code, metrics=_json_metrics(out / "metrics.json") if status == "succeeded" else {},
         artifacts=artifacts, checkpoint_dir=workdir / "ckpt", checkpoints=checkpoints,
         resumed_from="checkpoint" if resumed else None, stderr_tail=tail, run_s=round(time.monotonic() - started, 3),

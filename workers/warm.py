@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from workers.procs import REPO_ROOT, die_with_parent
+
 TAIL_BYTES = 4096
 
 
@@ -22,13 +24,11 @@ class WarmRunner:
     """One forkserver process, a reader thread for its replies, and the exit codes it reported."""
 
     def __init__(self) -> None:
-        from workers.launch import REPO_ROOT, _die_with_parent
-
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen([sys.executable, "-m", "workers.forkserver"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
         self.lock = threading.Lock()  # one request at a time
         self.cond = threading.Condition()
         self.replies: list[dict] = []

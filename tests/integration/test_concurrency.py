@@ -73,8 +73,6 @@ def test_cap_setting_is_read_and_checked():
 
 @pytest.mark.parametrize("job_cap, setting, want", [(0, 0, 0), (3, 0, 3), (0, 4, 4), (3, 4, 3), (5, 2, 2)])
 def test_the_lower_cap_wins(job_cap, setting, want):
-    from workers.agent import Agent
+    from upwell.verdict import concurrency_cap
 
-    agent = Agent.__new__(Agent)
-    agent.settings = Settings(max_concurrency=setting)
-    assert agent._cap(JobRow(max_concurrency=job_cap)) == want
+    assert concurrency_cap(JobRow(max_concurrency=job_cap), Settings(max_concurrency=setting).max_concurrency) == want

@@ -2,6 +2,9 @@
 
 The contention is real and made certain: the test pins itself, the payload and two busy processes to one
 CPU, so the payload gets about a third of it, and Linux's run-queue delay for it is most of its wall time.
+The correction sits behind one seam, the node clock that the agent chooses once at start-up
+(workers.supervision.node_clock): the shared machine's clock lives in upwell/local/, and a node of its own
+gets a wall clock that watches nothing and never loads upwell/local.
 """
 
 from __future__ import annotations
@@ -9,16 +12,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
+import time
 from contextlib import contextmanager
 
 import pytest
 
 from upwell.ledger import JobRow, ShardRow
+from upwell.local.cpuwait import PayloadWait, RunQueueClock
 from upwell.messages import WorkItem
 from upwell.settings import Settings
 from workers import results
-from workers.agent import AgentConfig, _thread_cpu_wait
-from workers.launch import CpuWait, run_payload
+from workers.config import SHARED_MACHINE, AgentConfig
+from workers.launch import run_payload
+from workers.supervision import WallClock, node_clock
 
 HOG = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end: pass"
 
@@ -43,16 +50,14 @@ def busy_item() -> WorkItem:
                     params={"steps": 1_000_000, "burn_in": 1_000_000})
 
 
-def test_a_payload_sharing_its_cpu_with_two_busy_processes_waits_most_of_its_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("UPWELL_SHARED_MACHINE", "1")
+def test_a_payload_sharing_its_cpu_with_two_busy_processes_waits_most_of_its_run(tmp_path):
     with one_cpu_with_hogs(2):
-        result = run_payload(busy_item(), tmp_path / "shared")
+        result = run_payload(busy_item(), tmp_path / "shared", clock=node_clock(True))
     assert result.status == "succeeded"
     # A third of one CPU: it waits about two thirds of its run; allow for sampling and start-up.
     assert 0.4 * result.run_s < result.cpu_wait_s < result.run_s, (result.cpu_wait_s, result.run_s)
-    monkeypatch.delenv("UPWELL_SHARED_MACHINE")  # a node of its own: nothing sampled, nothing taken off
-    with one_cpu_with_hogs(2):
-        alone = run_payload(busy_item(), tmp_path / "own")
+    with one_cpu_with_hogs(2):  # a node of its own: nothing sampled, nothing taken off
+        alone = run_payload(busy_item(), tmp_path / "own", clock=node_clock(False))
     assert alone.status == "succeeded" and alone.cpu_wait_s == 0.0
 
 
@@ -60,9 +65,7 @@ def test_cpu_wait_reads_the_run_queue_delay_of_the_process_and_its_descendants()
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {HOG.replace('60', '1.5')!r}])"
     with one_cpu_with_hogs(1):
         parent = subprocess.Popen([sys.executable, "-c", code])  # waits; its child (a "rank") is the busy one
-        waits = CpuWait(parent.pid)
-        import time
-
+        waits = PayloadWait(parent.pid)
         while parent.poll() is None:
             waits.sample(time.monotonic())
             time.sleep(0.1)
@@ -83,11 +86,31 @@ def test_the_result_document_takes_the_cpu_wait_off_node_time():
 
 
 def test_only_a_shared_machine_takes_cpu_wait_off(monkeypatch):
-    monkeypatch.delenv("UPWELL_SHARED_MACHINE", raising=False)
+    monkeypatch.delenv(SHARED_MACHINE, raising=False)
     assert AgentConfig.from_env("cpu").shared_machine is False
-    monkeypatch.setenv("UPWELL_SHARED_MACHINE", "1")
+    assert isinstance(node_clock(AgentConfig.from_env("cpu").shared_machine), WallClock)
+    monkeypatch.setenv(SHARED_MACHINE, "1")
     assert AgentConfig.from_env("cpu").shared_machine is True
+    assert isinstance(node_clock(AgentConfig.from_env("cpu").shared_machine), RunQueueClock)
     from upwell.local.stack import LocalStack
 
-    assert LocalStack(env={}).env["UPWELL_SHARED_MACHINE"] == "1"
-    assert _thread_cpu_wait() >= 0.0
+    assert LocalStack(env={}).env[SHARED_MACHINE] == "1"
+    assert RunQueueClock().thread_waited() >= 0.0
+    assert WallClock().thread_waited() == 0.0 and WallClock().watch(os.getpid()) is None
+
+
+def test_a_node_of_its_own_never_loads_the_local_machinery():
+    """The Azure path: an agent built without the shared-machine setting imports nothing of upwell/local."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        os.environ.pop({SHARED_MACHINE!r}, None)
+        from upwell.settings import Settings
+        from upwell.storage import Storage
+        from workers.agent import Agent, AgentConfig
+        conn = ("DefaultEndpointsProtocol=http;AccountName=a;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:1/a;"
+                "QueueEndpoint=http://127.0.0.1:1/a;TableEndpoint=http://127.0.0.1:1/a;")
+        agent = Agent(Storage(conn), AgentConfig.from_env("cpu"), Settings())
+        print(type(agent.clock).__name__, sorted(m for m in sys.modules if m.startswith("upwell.local")))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["WallClock", "[]"], out.stdout + out.stderr

@@ -143,7 +143,7 @@ def test_checkpoint_names_cannot_escape_the_work_dir(store, azurite, tmp_path):
     root = tmp_path / "work"
     root.mkdir()
     try:
-        resume = _agent(store, tmp_path / "scratch")._stage_checkpoint(item, root)
+        resume = _agent(store, tmp_path / "scratch").staging.checkpoint_in(item, root)
         staged = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
         assert staged == ["resume/state/ok.bin"] and (resume / "state" / "ok.bin").read_bytes() == b"fine"
         assert list(outside.rglob("*")) == [] and not (tmp_path / "dotdot").exists()
@@ -181,8 +181,8 @@ def test_artifact_and_checkpoint_names_are_made_safe(store, tmp_path):
     agent = _agent(store, tmp_path / "scratch")
     (out / "linked-dir").symlink_to(tmp_path)  # a file reached through a linked folder is outside out/
     files.append(out / "linked-dir" / "secret.txt")
-    staged = agent._stage_out(item, files, out)
-    agent._stage_checkpoint_out(item, ckpt)
+    staged = agent.staging.stage_out(item, files, out)
+    agent.staging.checkpoint_out(item, ckpt)
     written = [b.name for b in store.list(names.RESULTS, f"{job}/")] + \
         [b.name for b in store.list(names.CHECKPOINTS, f"{job}/")]
     assert "link.txt" not in staged and "secret.txt" not in staged and not any("link" in n for n in written)
@@ -195,9 +195,9 @@ def test_artifact_and_checkpoint_names_are_made_safe(store, tmp_path):
 
 @pytest.mark.parametrize("name", ["..", ".", "a/b", "a\\b", "x\x00y", "line\nbreak", "é" * 300])
 def test_safe_name_is_one_harmless_segment(name):
-    from workers.agent import _safe_name
+    from workers.staging import safe_name
 
-    safe = _safe_name(name)
+    safe = safe_name(name)
     assert safe not in (".", "..", "") and "/" not in safe and "\\" not in safe and safe.isprintable()
     assert len(safe) <= 200
 

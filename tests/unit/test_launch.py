@@ -20,7 +20,7 @@ from upwell.cli import app
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
-from workers import launch
+from workers import launch, process
 from workers.launch import build_command, run_payload
 
 
@@ -101,11 +101,11 @@ def test_resume_dir_is_copied_into_ckpt_and_reported(tmp_path):
 def test_stderr_tail_keeps_the_last_4_kib(tmp_path):
     code = "import sys; [print(f'line {i:05d}', file=sys.stderr) for i in range(3000)]"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    streams = launch._Streams(proc, tmp_path / "log")
+    streams = process.Streams(proc, tmp_path / "log")
     proc.wait()
     streams.join()
     tail = streams.tail()
-    assert len(tail.encode()) <= launch.TAIL_BYTES and tail.endswith("line 02999\n")
+    assert len(tail.encode()) <= process.TAIL_BYTES and tail.endswith("line 02999\n")
     assert (tmp_path / "log").read_text().count("\n") == 3000
 
 
@@ -145,8 +145,8 @@ def test_a_payload_that_ignores_the_stop_is_killed_with_its_detached_children(tm
     stop = threading.Event()
     stop.set()
     started = time.monotonic()
-    outcome = launch._supervise(proc, stop=stop, on_tick=None, timeout_s=None, tick_s=1, grace_s=0.5,
-                                stop_signal=launch.signal.SIGTERM)
+    outcome = process.supervise(proc, stop=stop, on_tick=None, timeout_s=None, tick_s=1, grace_s=0.5,
+                                stop_signal=signal.SIGTERM)
     assert time.monotonic() - started < 5 and outcome.signals == ["SIGTERM", "SIGKILL"]
     assert launch._status(proc.returncode, tmp_path, outcome) == "failed"
     proc.stdout.close()
@@ -217,7 +217,8 @@ run_payload(item, Path({str(tmp_path / "w")!r}))
 def test_a_stop_that_kills_the_payload_before_its_handler_is_a_preemption(tmp_path):
     """A spot eviction during start-up: the forwarded SIGTERM (SIGUSR1 for MPI) kills the payload before
     it installed its handler. The agent stopped it; it did not fail. Unasked, the same death is a failure."""
-    from workers.launch import _Outcome, _status
+    from workers.launch import _status
+    from workers.process import Outcome as _Outcome
 
     for signum in (signal.SIGTERM, signal.SIGUSR1):
         assert _status(-signum, tmp_path, _Outcome(stopped=True)) == "preempted"

@@ -1,0 +1,81 @@
+"""One delivery in hand, and the facts about it, gathered once before anything is decided.
+
+``gather`` decodes the message and reads, in this order and each at most once: whether the shard's result
+exists (a duplicate needs nothing more), the shard row, the job row (through the agent's short-lived
+copies, ``workers.jobrows``), and, when the job has a concurrency cap, its running shards. Those facts go
+to ``upwell.verdict`` as they are; the attempt then adds what it learns (``Hand.started``, ``etag``...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from upwell import names
+from upwell.errors import DecodeError
+from upwell.lease import Lease
+from upwell.ledger import JobRow, Ledger, ShardRow
+from upwell.messages import WorkItem, decode
+from upwell.storage import Storage
+from upwell.verdict import concurrency_cap
+from workers.jobrows import JobRows
+
+
+@dataclass
+class Hand:
+    """The message in hand: its lease, work item (None when it cannot be decoded), bound log, and the
+    facts gathered for it; then what the attempt adds: when it started, the shard row's ETag once this
+    agent marked it running (collect's first try uses it), whether this agent marked it (``claimed``),
+    and how long this slot's thread waited for a CPU while it staged in (the node clock's figure)."""
+
+    msg: Any
+    lease: Lease
+    item: WorkItem | None
+    log: Any
+    shard: ShardRow = field(default_factory=ShardRow)
+    job: JobRow = field(default_factory=JobRow)
+    result_exists: bool = False
+    cap: int = 0  # running shards allowed for the job (upwell.verdict.concurrency_cap); 0: no cap
+    active: list[tuple[str, str]] = field(default_factory=list)  # the job's running shards, read under a cap
+    now: datetime | None = None  # when the facts were gathered
+    decode_error: str = ""
+    started: str | None = None
+    etag: str = ""
+    claimed: bool = False
+    staging_wait_s: float = 0.0
+
+    def facts(self) -> dict[str, Any]:
+        """The keywords of upwell.verdict.decide_delivery."""
+        return dict(decoded=self.item is not None, result_exists=self.result_exists,
+                    dequeue_count=self.msg.dequeue_count, shard=self.shard, job=self.job, now=self.now,
+                    cap=self.cap, active=self.active)
+
+    def seen_row(self) -> dict[str, str] | None:
+        """The shard row as this agent last left it, for the result document: status and ETag."""
+        if self.etag:
+            return {"status": "running", "etag": self.etag}
+        if self.shard.etag:
+            return {"status": self.shard.status.value, "etag": self.shard.etag}
+        return None
+
+
+def gather(msg, lease: Lease, *, storage: Storage, ledger: Ledger, jobs: JobRows, max_concurrency: int,
+           log: Any) -> Hand:
+    """The facts about one delivery (see the module's docstring)."""
+    try:
+        item = decode(msg.content)
+    except DecodeError as exc:
+        return Hand(msg, lease, None, log, decode_error=str(exc))
+    hand = Hand(msg, lease, item, log.bind(job_id=item.job_id, shard_id=item.shard_id),
+                ShardRow(job_id=item.job_id, shard_id=item.shard_id), JobRow(job_id=item.job_id),
+                now=datetime.now(UTC))
+    hand.result_exists = storage.exists(f"{names.RESULTS}/{item.result_blob}")
+    if hand.result_exists:
+        return hand
+    hand.shard = ledger.shard(item.job_id, item.shard_id) or hand.shard
+    hand.job = jobs.get(item.job_id, shard=hand.shard) or hand.job
+    hand.cap = concurrency_cap(hand.job, max_concurrency)
+    if hand.cap:
+        hand.active = ledger.active_shards(item.job_id)
+    return hand

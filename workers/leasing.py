@@ -1,0 +1,109 @@
+"""The lease loop: receive work items from one pool's queue, each under a visibility lease, and hand
+each to the agent, up to ``slots`` at once.
+
+One receive asks for up to as many messages as there are free slots; each is leased for ``lease_s``
+from then (``upwell.lease.Lease`` renews it while the payload runs). With one slot each item runs in the
+loop's thread; with more, each in a slot thread of its own. The loop ends when ``stop`` (preempt: items in
+hand checkpoint and go back) or ``drain`` (items in hand finish) is set, after ``idle_exit_s`` without
+work, or at ``max_items``. A failed receive is logged and waited out; a handler that crashes is logged,
+and its message reappears when its lease lapses.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+from upwell.errors import UpwellError
+from upwell.lease import Lease
+from upwell.storage import Storage
+from workers.node import Node
+
+if TYPE_CHECKING:
+    from workers.config import AgentConfig
+
+
+class LeaseLoop:
+    """State: how many messages were handled (``processed``), under a lock the slots share."""
+
+    def __init__(self, storage: Storage, queue_name: str, config: AgentConfig, node: Node, *, stop: threading.Event,
+                 drain: threading.Event, log: Any) -> None:
+        self.storage, self.queue_name, self.config, self.node = storage, queue_name, config, node
+        self.queue = storage.queue(queue_name)
+        self.stop, self.drain, self.log = stop, drain, log
+        self.processed = 0
+        self._lock = threading.Lock()
+
+    def lease(self, msg) -> Lease:
+        """The message's lease: renewed at most every lease_s / 3 while its payload runs."""
+        return Lease(self.queue, msg, self.config.lease_s, min_renew_s=self.config.lease_s / 3)
+
+    def run(self, handle: Callable[[Any], str]) -> int:
+        """Receive and ``handle`` messages until stopped, drained, idle or at max_items; 0."""
+        slots = max(1, self.config.slots)
+        threads = ThreadPoolExecutor(slots, thread_name_prefix="upwell-slot") if slots > 1 else None
+        inflight: set[Future] = set()
+        idle_since = time.monotonic()
+        self.node.state("idle")
+        try:
+            while not self.stop.is_set() and not self.drain.is_set():
+                inflight = {f for f in inflight if not f.done()}
+                want = self._wanted(slots, len(inflight))
+                msgs = self._receive(want) if want > 0 else []
+                if msgs:
+                    for msg in msgs:
+                        if threads is None:
+                            self._one(handle, msg)
+                        else:
+                            inflight.add(threads.submit(self._one, handle, msg))
+                    idle_since = time.monotonic()
+                elif inflight:  # busy slots and nothing more to take: wait for one (or poll again)
+                    wait(inflight, timeout=self.config.poll_s, return_when=FIRST_COMPLETED)
+                    idle_since = time.monotonic()
+                elif want <= 0:
+                    break  # max_items reached
+                elif msgs is not None and self._idle_out(idle_since):
+                    break
+        finally:
+            if threads is not None:  # items in hand finish (drain) or checkpoint and go back (stop)
+                threads.shutdown(wait=True)
+        self.node.state("stopped")
+        return 0
+
+    def _idle_out(self, idle_since: float) -> bool:
+        """Nothing to do: True when the agent has been idle past idle_exit_s, else wait one poll."""
+        if self.config.idle_exit_s and time.monotonic() - idle_since > self.config.idle_exit_s:
+            self.log.info("agent.idle_exit", processed=self.processed)
+            return True
+        self.stop.wait(self.config.poll_s)
+        return False
+
+    def _receive(self, want: int) -> list | None:
+        """Up to ``want`` messages, each leased for lease_s; None after a failed receive (waited out)."""
+        try:
+            return self.storage.receive_many(self.queue_name, max_messages=want, visibility_timeout=self.config.lease_s)
+        except UpwellError as exc:
+            self.log.warning("agent.receive_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
+            self.stop.wait(self.config.poll_s * 2)
+            return None
+
+    def _wanted(self, slots: int, busy: int) -> int:
+        """How many messages to ask for: the free slots, and no more than max_items leaves."""
+        free = slots - busy
+        if self.config.max_items:
+            with self._lock:
+                free = min(free, self.config.max_items - self.processed - busy)
+        return free
+
+    def _one(self, handle: Callable[[Any], str], msg) -> None:
+        """Handle one message in its slot; a crash is logged and the message reappears after its lease."""
+        try:
+            handle(msg)
+        except Exception as exc:
+            self.log.exception("agent.handle_crashed", error=str(exc)[:300])
+        with self._lock:
+            self.processed += 1
+        self.node.refresh()

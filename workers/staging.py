@@ -1,0 +1,152 @@
+"""Staging: an attempt's files between storage and the node's scratch folder.
+
+In: the shard's input blob, and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may
+exist (``may_resume``). Out: the checkpoint files an attempt wrote (preempted, cancelled or succeeded),
+the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names leaves its work
+dir, and every name is made one harmless segment (``safe_name``), so a hostile output or checkpoint name
+cannot write outside the shard's prefix.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from upwell import names
+from upwell.errors import UpwellError
+from upwell.messages import WorkItem
+from upwell.rows import ShardRow
+from upwell.storage import Storage
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
+
+
+class Staging:
+    """State: the storage account, the scratch folder (created if missing: a node without it must not fail,
+    and poison, every shard), and the agent's log."""
+
+    def __init__(self, storage: Storage, scratch: str, log: Any) -> None:
+        self.storage, self.scratch, self.log = storage, scratch, log
+        if scratch:
+            Path(scratch).mkdir(parents=True, exist_ok=True)
+
+    @contextmanager
+    def workdir(self, shard_id: str) -> Iterator[Path]:
+        """A fresh folder for one attempt in the scratch folder, removed afterwards whatever happened."""
+        root = Path(tempfile.mkdtemp(prefix=f"upwell-{safe_name(shard_id)[:40]}-", dir=self.scratch or None))
+        try:
+            yield root
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def stage_in(self, item: WorkItem, root: Path) -> Path | None:
+        """The shard's input blob under root/input/; None when the item has none."""
+        if not item.input_blob:
+            return None
+        dest = root / "input" / Path(item.input_blob).name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest, "wb") as fh:
+            self.storage.download(item.input_blob, fh)
+        return dest
+
+    def checkpoint_in(self, item: WorkItem, root: Path) -> Path | None:
+        """The kept checkpoint files under root/resume/; None when there are none. A blob name that would
+        land outside the folder is refused and logged."""
+        prefix = item.checkpoint_prefix.split("/", 1)[1]
+        blobs = list(self.storage.list(names.CHECKPOINTS, prefix))
+        if not blobs:
+            return None
+        dest = root / "resume"
+        for b in blobs:
+            path = _inside(dest, b.name[len(prefix):])
+            if path is None:
+                self.log.warning("agent.checkpoint_name_refused", blob=f"{names.CHECKPOINTS}/{b.name}"[:300])
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                self.storage.download(f"{names.CHECKPOINTS}/{b.name}", fh)
+        return dest
+
+    def checkpoint_out(self, item: WorkItem, ckpt: Path | None) -> int:
+        """Upload the regular files of ``ckpt`` (not ``*.tmp``, a write in progress); how many."""
+        if not ckpt or not Path(ckpt).is_dir():
+            return 0
+        n = 0
+        for path in sorted(Path(ckpt).rglob("*")):
+            if _regular(path, ckpt) and not path.name.endswith(".tmp"):
+                rel = "/".join(safe_name(part) for part in path.relative_to(ckpt).parts)
+                with open(path, "rb") as fh:
+                    self.storage.write(f"{item.checkpoint_prefix}{rel}", fh)
+                n += 1
+        return n
+
+    def stage_out(self, item: WorkItem, artifacts, out_dir: Path) -> dict[str, str]:
+        """Upload each artifact that is a regular file inside ``out_dir``; name -> blob."""
+        out = {}
+        for path in artifacts:
+            if not _regular(Path(path), out_dir):
+                self.log.warning("agent.artifact_refused", artifact=str(path)[:300], reason="not a regular file")
+                continue
+            name = safe_name(Path(path).name)
+            blob = f"{item.result_prefix}/{name}"
+            with open(path, "rb") as fh:
+                self.storage.write(blob, fh)
+            out[name] = blob
+        return out
+
+    def keep_log(self, item: WorkItem, result) -> None:
+        """payload.log is an artifact of every attempt (results/<job>/<shard>/payload.log, the latest
+        attempt's); on success it goes up with the outputs, otherwise here."""
+        path = getattr(result, "log_path", None)
+        if not path or not Path(path).is_file():
+            return
+        out_dir = Path(result.checkpoint_dir).parent / "out"
+        if result.status == "succeeded" and out_dir.is_dir():
+            shutil.copyfile(path, out_dir / "payload.log")
+            result.artifacts.append(out_dir / "payload.log")
+            return
+        try:
+            with open(path, "rb") as fh:
+                self.storage.write(f"{item.result_prefix}/payload.log", fh)
+        except UpwellError as exc:
+            self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200], code=exc.code)
+
+
+def may_resume(row: ShardRow, etag: str) -> bool:
+    """Could a checkpoint exist for this shard? Not when its row, as read before this agent marked it
+    running (and unchanged since: the mark went through on its ETag, ``etag``), shows no earlier attempt,
+    no preemption and no kept checkpoint: checkpoints are only ever uploaded by an attempt, which first
+    marks the row. A first delivery so skips the checkpoint listing, one storage call of about a dozen."""
+    return not etag or bool(row.attempts or row.preemptions or row.checkpoints)
+
+
+def safe_name(name: str, limit: int = 200) -> str:
+    """One path segment that is safe as a local file name and a blob name segment: no separators,
+    no control characters, not '.' or '..' (a backslash would become '/' in a blob name)."""
+    safe = _UNSAFE.sub("_", name)[:limit]
+    return safe if safe.strip(".") else safe.replace(".", "_") or "_"
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """root/rel when it stays inside root (no '..', no absolute part, no backslash tricks), else None."""
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+            or any(unicodedata.category(c) == "Cc" for c in rel):
+        return None
+    path = root.joinpath(*parts)
+    base = root.resolve()
+    return path if path.resolve().is_relative_to(base) and path.resolve() != base else None
+
+
+def _regular(path: Path, root: Path) -> bool:
+    """A regular file, not a symlink, and inside root (a payload's outputs stay in its work dir)."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.resolve().is_relative_to(Path(root).resolve())
+    except OSError:
+        return False

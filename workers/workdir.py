@@ -1,0 +1,76 @@
+"""The work dir of one attempt, as both launchers (``workers.launch``, ``workers.runner``) lay it out and
+report on it: ``item.json``, ``ckpt/`` filled from the kept checkpoint, an empty ``out/``, and the
+``LaunchResult`` an attempt comes to. The payload side of the contract is ``workers/payloads/README.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from upwell.messages import WorkItem
+from workers.payloads.common import EXIT_FILE, ITEM_FILE
+
+
+@dataclass
+class LaunchResult:
+    """What one attempt of a payload came to.
+
+    status is "succeeded" (exit 0), "preempted" (exit 75: stopped and checkpointed)
+    or "failed" (anything else, or a timeout). ``permanent`` is True for exit 65
+    (the payload says its input is unusable, so a retry cannot help).
+    """
+
+    status: str
+    exit_code: int | None
+    metrics: dict[str, Any]
+    artifacts: list[Path]
+    checkpoint_dir: Path
+    checkpoints: int
+    resumed_from: Any
+    stderr_tail: str
+    run_s: float
+    log_path: Path | None = None
+    timed_out: bool = False
+    permanent: bool = False
+    definition: dict[str, Any] = field(default_factory=dict)  # name, version, sha256, image digest (provenance)
+    cpu_wait_s: float = 0.0  # how long the payload waited for a CPU it was ready to use (the node clock's watch)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["artifacts"] = [str(p) for p in self.artifacts]
+        data["checkpoint_dir"] = str(self.checkpoint_dir)
+        data["log_path"] = str(self.log_path) if self.log_path else None
+        return data
+
+
+def prepare_workdir(item: WorkItem, workdir: Path, *, params: dict[str, Any], input_path: Path | None,
+                    resume_dir: Path | None, launcher: str) -> None:
+    """Write item.json, fill ckpt/ from resume_dir, and start out/ empty."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ckpt, out = workdir / "ckpt", workdir / "out"
+    ckpt.mkdir(exist_ok=True)
+    if resume_dir is not None and Path(resume_dir).resolve() != ckpt:
+        shutil.copytree(resume_dir, ckpt, dirs_exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    (workdir / EXIT_FILE).unlink(missing_ok=True)
+    doc = {"schema": 1, "job_id": item.job_id, "shard_id": item.shard_id, "payload": item.payload,
+           "params": params, "attempt": item.attempt, "ranks": item.ranks, "gpus": item.gpus,
+           "input_path": str(Path(input_path).resolve()) if input_path else None,
+           "input_blob": item.input_blob, "trace_id": item.trace_id, "launcher": launcher,
+           "checkpoint_prefix": item.checkpoint_prefix, "result_prefix": item.result_prefix}
+    (workdir / ITEM_FILE).write_text(json.dumps(doc, indent=1))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; {} when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
