@@ -131,7 +131,6 @@ def on_message(msg: func.QueueMessage, result: func.Out[str]) -> None:
     with QUEUE_GAUGE:
         if body.get("hold"):
             QUEUE_VALVE.wait()
-        time.sleep(body.get("sleep", 0))
     if body.get("always_fail") or msg.dequeue_count < body.get("fail_until", 0):
         raise RuntimeError(f"message {body['key']} asks to fail")
     result.set(json.dumps({"key": body["key"], "dequeue_count": msg.dequeue_count}))
