@@ -116,6 +116,11 @@ def _parsed(text: Any) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def fresh_reconcile_state() -> dict:
+    """The reconciler's state before its first pass: watermark 0, no re-drives."""
+    return {"watermark": 0.0, "redrives": {}}
+
+
 class ScalingLog:
     """The ``scaling`` table of one storage account; keeps only the table client."""
 
@@ -175,7 +180,7 @@ class ScalingLog:
         try:
             return json.loads(self.table.get_entity(RECONCILE, STATE_ROW)["state"])
         except ResourceNotFoundError:
-            return {"watermark": 0.0, "redrives": {}}
+            return fresh_reconcile_state()
         except AzureError as exc:
             raise storage_error(exc, "read the reconciler's state") from None
 
@@ -184,13 +189,6 @@ class ScalingLog:
             self.table.upsert_entity({"PartitionKey": RECONCILE, "RowKey": STATE_ROW, "state": json.dumps(state)})
         except AzureError as exc:
             raise storage_error(exc, "save the reconciler's state") from None
-
-    def forget_reconcile_state(self) -> None:
-        """Start the reconciler afresh (tests and benchmarks); no row is fine."""
-        try:
-            self.table.delete_entity(RECONCILE, STATE_ROW)
-        except AzureError as exc:
-            raise storage_error(exc, "delete the reconciler's state") from None
 
     def record_action(self, action: Action) -> None:
         try:

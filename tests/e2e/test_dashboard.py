@@ -19,6 +19,7 @@ import pytest
 from tests.pipeline_helpers import POOLS, REPO, module_azurite, pipeline_env, running_host, wait_for
 from upwell import names
 from upwell.ingest.ingestor import job_id_for
+from upwell.ledger import Ledger
 from upwell.ops import dashboard
 from upwell.storage import Storage
 
@@ -77,7 +78,8 @@ def browser(tmp_path):
 @pytest.fixture
 def artifacts(request) -> Path:
     out = REPO / ".upwell" / "artifacts" / "dashboard"
-    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out, ignore_errors=True)  # so that every screenshot found afterwards is this run's
+    out.mkdir(parents=True)
     print(f"\ndashboard screenshots: {out}")
     return out
 
@@ -166,6 +168,10 @@ def test_dashboard_in_chromium_job_queued_to_done_then_report(browser, artifacts
             detail = json.loads(resp.read())
         assert detail["state"] == "succeeded" and len(detail["shards"]) == 3
         assert abs(sum(s["cost_usd"] for s in detail["shards"]) - detail["spent_usd"]) < 1e-9
-        assert job_id_for("dash/bad/job.yaml", bad_etag)
-    shots = sorted(p.name for p in artifacts.glob("*.png"))
-    assert {"0-empty.png", "2-job.png", "3-report.png"} <= set(shots)
+        # The bad upload is a job of its own, rejected in the ledger (the page showed its quarantine).
+        bad = Ledger(store).job(job_id_for("dash/bad/job.yaml", bad_etag))
+        assert bad is not None and bad.status == "rejected", bad
+    shots = {p.name: p.read_bytes() for p in artifacts.glob("*.png")}
+    want = {"0-empty.png", "1-1-queued.png", f"1-{len(seen)}-succeeded.png", "2-job.png", "3-report.png"}
+    assert want <= set(shots), sorted(shots)
+    assert all(data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000 for data in shots.values())

@@ -43,7 +43,13 @@ def test_upload_through_sdk_reaches_report(store, azurite, tmp_path, monkeypatch
         summary = json.loads(store.read(f"reports/{job_id}/summary.json"))
         html = store.read(f"reports/{job_id}/index.html").decode()
         assert "data:image/png;base64," in html and job_id in html
-        assert json.dumps(summary)  # parses, and counts every shard:
+        # The summary is the job's: every shard succeeded, with its result and its own parameter.
+        assert summary["job"]["id"] == job_id and summary["job"]["status"] == "succeeded"
+        assert summary["counts"]["shards_total"] == summary["counts"]["succeeded"] == 4
+        assert summary["counts"]["results"] == 4 and summary["failures"] == []
+        assert sorted((r["shard_id"], r["status"], r["has_result"]) for r in summary["shards"]) == \
+            [(f"s0000{i}", "succeeded", True) for i in range(4)]
+        assert sorted(r["params"]["r"] for r in summary["shards"]) == [2.9, 3.3, 3.5, 3.9]
         assert {r.name for r in store.list(names.RESULTS, f"{job_id}/") if r.name.count("/") == 1} == \
             {f"{job_id}/s0000{i}.json" for i in range(4)}
         assert job.report_count == 1

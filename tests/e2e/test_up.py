@@ -99,18 +99,36 @@ def test_third_party_upload_while_up_runs(tmp_path):
         _stop(proc)
 
 
+def _started_by_up(home: Path) -> dict[int, str]:
+    """Live processes (not zombies) that carry this `up`'s UPWELL_HOME in their environment: `up` itself and
+    every child it started, each in its own session (so no process group finds them all), as pid: cmdline."""
+    mark = f"UPWELL_HOME={home}".encode()
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if mark not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # exited meanwhile
+            continue
+    return found
+
+
 def test_closing_the_terminal_stops_every_child(tmp_path):
     """SIGHUP (the terminal closed) stops the devhost and Azurite as Ctrl-C does: no orphans."""
     ports = azurite.free_ports(3)
-    proc = _up(tmp_path / "home", ports)
+    home = tmp_path / "home"
+    proc = _up(home, ports)
     _wait_ready(proc)
     assert azurite.is_running(ports)
+    running = _started_by_up(home).values()  # the probe finds the children while they run
+    assert any("upwell.local.devhost" in c for c in running) and any(str(ports[0]) in c for c in running), running
     out = _stop(proc, signal.SIGHUP)
     assert proc.returncode == 0, out[-2000:]
     assert not azurite.is_running(ports)
-    leftovers = subprocess.run(["pgrep", "-f", f"upwell.local.devhost.*{os.getpid()}|--blobPort {ports[0]}"],
-                               capture_output=True, text=True).stdout.split()
-    assert leftovers == []
+    assert _started_by_up(home) == {}
 
 
 def test_a_second_up_and_another_checkout_are_told_what_runs(tmp_path):

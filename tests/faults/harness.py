@@ -1,6 +1,6 @@
 """The fault suite's harness: one fresh Azurite, the devhost on the real function_app, local agents.
 
-Each fault test runs a job of ~100 tiny logistic shards through the real
+Each fault test runs a job of tiny logistic shards (40 or 100) through the real
 pipeline while it injects its fault, then ``verify`` checks that nothing was
 lost: every shard is done exactly once in the ledger (or poisoned with its
 error), each result exists once, the report was built once and lists the
@@ -109,6 +109,9 @@ def environment(stack_root: Path, connection: str, **extra: str) -> dict[str, st
             "UPWELL_SCALE_SCHEDULE": "*/2 * * * * *",
             "UPWELL_RECONCILE_SCHEDULE": "*/5 * * * * *", "UPWELL_RECONCILE_GRACE_S": "4",
             "UPWELL_IDLE_EXIT_S": "30", "UPWELL_LEASE_S": "6",
+            # an idle agent asks its queue every 0.25 s, as under `upwell up` (1 s on Azure): a message that
+            # comes back (a lapsed lease, a retry's backoff) is taken sooner; nothing else changes
+            "UPWELL_POLL_S": "0.25",
             "AzureFunctionsWebHost__hostid": "faults", **extra}
 
 

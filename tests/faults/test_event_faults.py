@@ -13,7 +13,9 @@ leave the job stuck: that is what makes these tests able to fail.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from contextlib import contextmanager
 
 from tests.faults import harness
 from upwell import names
@@ -149,6 +151,15 @@ def test_a_blob_that_poisons_is_redriven_from_the_poison_queue(stack, monkeypatc
     assert took <= RECOVERY_S, took
 
 
+@contextmanager
+def _released(event: threading.Event):
+    """Set ``event`` on the way out, however the block ends: a hung call that was never cancelled ends too."""
+    try:
+        yield
+    finally:
+        event.set()
+
+
 def test_a_function_that_times_out_is_cancelled_and_retried(stack, monkeypatch):
     """The first ingest of the manifest hangs past functionTimeout (20 s here; every function gets it, and
     a report takes several seconds on a busy machine): cancelled, counted as a failure, run again at
@@ -156,18 +167,23 @@ def test_a_function_that_times_out_is_cancelled_and_retried(stack, monkeypatch):
     from upwell.ingest.ingestor import Ingestor
 
     real, calls = Ingestor.ingest, {"n": 0}
+    release, ended, ran_on = threading.Event(), threading.Event(), []  # release: set only after the test
 
     def hangs_once(self, name):
         if name.startswith("faults/timeout/"):
             calls["n"] += 1
-            if calls["n"] == 1:
-                for _ in range(1200):  # short sleeps, so that the host's cancellation lands
-                    time.sleep(0.05)
+            if calls["n"] == 1:  # hangs until released: only the host's cancellation ends it in time
+                try:
+                    while not release.is_set():  # short sleeps, so that the host's cancellation lands
+                        time.sleep(0.05)
+                    ran_on.append(name)
+                finally:
+                    ended.set()
         return real(self, name)
     monkeypatch.setattr(Ingestor, "ingest", hangs_once)
     host_json = json.loads((harness.REPO / "host.json").read_text())
     host_json["functionTimeout"] = "00:00:20"
-    with harness.recorded("function timeout", shards=SHARDS) as counts:
+    with harness.recorded("function timeout", shards=SHARDS) as counts, _released(release):
         with harness.in_process_host(stack, host_json=host_json) as host:
             harness.wait_until(lambda: host.publisher.subscribed, 20, "the event subscriptions")
             job_id = harness.upload(stack.storage, "faults/timeout/job.yaml", harness.sweep("timeout", SHARDS))
@@ -178,7 +194,8 @@ def test_a_function_that_times_out_is_cancelled_and_retried(stack, monkeypatch):
                                "the timed-out ingest and its retry")
             ingests = [r for r in host.invocations if r.function == "ingest"]
             assert [r.outcome for r in ingests][:2] == ["failed", "succeeded"], ingests
-            assert "FunctionTimeoutError" in ingests[0].error and ingests[0].duration_s < 23
+            assert "FunctionTimeoutError" in ingests[0].error and ingests[0].duration_s >= 20
+            assert ended.wait(10) and ran_on == [], "the timed-out ingest was not cancelled"
         harness.no_orphans(stack)
         counts.retries = 1
 

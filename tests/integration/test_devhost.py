@@ -63,6 +63,39 @@ class Gauge:
 QUEUE_GAUGE, TIMER_GAUGE = Gauge(), Gauge()
 
 
+class Valve:
+    """Where a held message waits: each ``let(n)`` lets n of the waiting calls through, ``open()`` all of them.
+    The test decides when calls finish, so what runs at once does not depend on the machine's speed."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.tokens, self.opened = 0, False
+
+    def wait(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.opened or self.tokens > 0, timeout):
+                raise TimeoutError("the valve was never opened")
+            if not self.opened:
+                self.tokens -= 1
+
+    def let(self, n: int) -> None:
+        with self._cond:
+            self.tokens += n
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        with self._cond:
+            self.opened = True
+            self._cond.notify_all()
+
+    def reset(self) -> None:
+        with self._cond:
+            self.tokens, self.opened = 0, False
+
+
+QUEUE_VALVE = Valve()
+
+
 def record(function: str, **fields: object) -> None:
     with _events_lock:
         EVENTS.append({"function": function, "at": time.monotonic(), **fields})
@@ -96,7 +129,8 @@ def on_message(msg: func.QueueMessage, result: func.Out[str]) -> None:
            pop_receipt=msg.pop_receipt, inserted=msg.insertion_time, expires=msg.expiration_time,
            thread=threading.get_ident())
     with QUEUE_GAUGE:
-        time.sleep(body.get("sleep", 0))
+        if body.get("hold"):
+            QUEUE_VALVE.wait()
     if body.get("always_fail") or msg.dequeue_count < body.get("fail_until", 0):
         raise RuntimeError(f"message {body['key']} asks to fail")
     result.set(json.dumps({"key": body["key"], "dequeue_count": msg.dequeue_count}))
@@ -150,6 +184,7 @@ class Names:
 def names() -> Names:
     EVENTS.clear()
     QUEUE_GAUGE.peak = TIMER_GAUGE.peak = 0
+    QUEUE_VALVE.reset()
     TIMER_GATE.set()
     tag = uuid.uuid4().hex[:10]
     return Names(f"in-{tag}", f"out-{tag}", f"q-{tag}", f"res-{tag}", f"host-{tag}")
@@ -419,13 +454,21 @@ def test_base64_and_plain_messages_reach_the_function_alike(make_host, names, qu
 
 
 def test_batches_run_concurrently_and_refill_at_the_threshold(make_host, names, queues) -> None:
-    # batchSize 4, newBatchThreshold 2: when the two short ones of the first batch finish,
-    # the next batch comes while the two long ones still run, so 6 run at once.
+    # batchSize 4, newBatchThreshold 2: when two calls of the first batch finish, the next batch comes
+    # while the other two still run, so 6 run at once. The test lets calls finish (QUEUE_VALVE), never a clock.
     for i in range(8):
-        send(queues, names.queue, {"key": f"m{i}", "sleep": 0.1 if i < 2 else 0.8})
+        send(queues, names.queue, {"key": f"m{i}", "hold": True})
     host = make_host(functions=["on_message"]).start()
-    eventually(lambda: len([r for r in host.invocations if r.outcome == "succeeded"]) == 8)
-    host.stop()
+    try:
+        eventually(lambda: QUEUE_GAUGE.now == 4)  # the first batch runs, and holds
+        assert QUEUE_GAUGE.peak == 4 and len(events("on_message")) == 4  # no refill above the threshold
+        QUEUE_VALVE.let(2)  # two finish: 2 running is the threshold, so the next batch of 4 comes
+        eventually(lambda: QUEUE_GAUGE.now == 6)
+        QUEUE_VALVE.open()
+        eventually(lambda: len([r for r in host.invocations if r.outcome == "succeeded"]) == 8)
+    finally:
+        QUEUE_VALVE.open()
+        host.stop()
     assert QUEUE_GAUGE.peak == 6
     assert len({e["thread"] for e in events("on_message")}) >= 6
     assert drain(queues.get_queue_client(names.queue)) == []
@@ -524,10 +567,19 @@ def test_raising_functions_do_not_stop_the_host(make_host, names, blobs, queues)
 
 
 def test_stop_lets_running_invocations_finish_within_the_grace(make_host, names, queues) -> None:
-    send(queues, names.queue, {"key": "slow", "sleep": 0.6})
+    send(queues, names.queue, {"key": "slow", "hold": True})
     host = make_host(functions=["on_message"]).start()
-    eventually(lambda: events("on_message", key="slow"))
-    assert host.stop(grace=5) == 0
+    eventually(lambda: QUEUE_GAUGE.now == 1)  # the call runs, held
+    stopped: list[int] = []
+    stopper = threading.Thread(target=lambda: stopped.append(host.stop(grace=30)))
+    try:
+        stopper.start()
+        eventually(lambda: host.stopping.is_set())
+        assert host.invocations == [] and QUEUE_GAUGE.now == 1  # stop began while the call still ran
+    finally:
+        QUEUE_VALVE.open()  # the call finishes inside the grace
+        stopper.join(40)
+    assert stopped == [0]
     assert [r.outcome for r in host.invocations] == ["succeeded"]
     assert drain(queues.get_queue_client(names.queue)) == []  # finished, so deleted, not left leased
     with pytest.raises(RuntimeError, match="stopped"):

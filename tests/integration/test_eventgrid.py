@@ -33,7 +33,9 @@ from upwell.names import BLOB_POISON_QUEUE, EVENTGRID_DEADLETTER, HOST_RECEIPTS,
 
 REPO = Path(__file__).resolve().parents[2]
 CALLS: list[dict] = []
-SLOW = threading.Event()  # set: on_event sleeps past the function timeout
+SLOW = threading.Event()  # set: on_event for a "slow" blob holds until RELEASE, past the function timeout
+RELEASE = threading.Event()  # the test lets a held on_event finish; never set while it runs: only a cancel ends it
+ENDED: list[str] = []  # every held on_event that ended, however it ended
 
 bp = func.Blueprint()
 
@@ -44,8 +46,12 @@ bp = func.Blueprint()
 def on_event(client: blob_sdk.BlobClient) -> None:
     CALLS.append({"type": type(client).__name__, "is_sdk": isinstance(client, BlobClient), "name": client.blob_name})
     if SLOW.is_set() and "slow" in client.blob_name:
-        time.sleep(3)
-        CALLS.append({"name": client.blob_name, "finished": True})
+        try:
+            while not RELEASE.is_set():  # short sleeps, so that the host's cancellation lands
+                time.sleep(0.01)
+            CALLS.append({"name": client.blob_name, "finished": True})
+        finally:
+            ENDED.append(client.blob_name)
     if "fail" in client.blob_name:
         raise RuntimeError("this blob asks to fail")
 
@@ -66,6 +72,8 @@ def world(azurite, monkeypatch):
     monkeypatch.setenv("AzureWebJobsStorage", azurite.connection_string)
     CALLS.clear()
     SLOW.clear()
+    RELEASE.clear()
+    ENDED.clear()
     tag = uuid.uuid4().hex[:8]
     blobs = BlobServiceClient.from_connection_string(azurite.connection_string)
     blobs.create_container(f"in-{tag}")
@@ -84,6 +92,7 @@ def world(azurite, monkeypatch):
     world.queues = QueueServiceClient.from_connection_string(azurite.connection_string)
     world.conn = azurite.connection_string
     yield world
+    RELEASE.set()  # a held call that was never cancelled (the test failed) ends now
     for host in hosts:
         if not host.stopping.is_set():
             host.stop()
@@ -175,10 +184,13 @@ def test_a_failing_blob_retries_at_once_then_poisons_with_the_extensions_message
     host = world.make(host_json=host_json(poisonBlobThreshold=3))
     host.run_until_idle()
     etag = upload(world, "always-fail.txt")
-    started = time.monotonic()
-    host.run_until_idle()
-    assert [c["name"] for c in CALLS] == ["always-fail.txt"] * 3
-    assert time.monotonic() - started < 10, "no delay between tries"
+    tries = []  # calls so far, after each round of receives
+    while len(tries) < 10 and len(CALLS) < 3:
+        host.run_once()
+        tries.append(len(CALLS))
+    # No delay between tries: from the first try on, every next receive finds the message again.
+    assert tries[tries.index(1):] == [1, 2, 3], tries
+    assert host.run_until_idle() == 0 and [c["name"] for c in CALLS] == ["always-fail.txt"] * 3
     assert poison_messages(world) == [{"Type": "BlobTrigger", "FunctionId": "Host.Functions.on_event",
                                        "BlobType": "Block", "ContainerName": world.container,
                                        "BlobName": "always-fail.txt", "ETag": etag}]
@@ -222,8 +234,13 @@ def test_the_function_timeout_cancels_the_invocation_and_counts_a_failure(world)
     failed = [r for r in host.invocations if r.function == "on_event"]
     assert [r.outcome for r in failed] == ["failed", "failed"]
     assert all("FunctionTimeoutError" in r.error for r in failed)
-    assert all(r.duration_s < 2.5 for r in failed)
-    time.sleep(2)
+    assert all(r.duration_s >= 1.5 for r in failed)  # cancelled at functionTimeout, not before
+    # Both calls were held until RELEASE, which is not set yet: only the host's cancellation can end them.
+    deadline = time.monotonic() + 10
+    while len(ENDED) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ENDED == ["slow.txt", "slow.txt"], "a cancelled invocation still runs"
+    RELEASE.set()
     assert not [c for c in CALLS if c.get("finished")], "the cancelled invocation did not run on"
     assert [m["BlobName"] for m in poison_messages(world) if m["ContainerName"] == world.container] == ["slow.txt"]
 

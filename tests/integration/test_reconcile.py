@@ -23,7 +23,7 @@ from upwell import names
 from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import JobRow, JobState, Ledger
 from upwell.ops.reconcile import Reconciler, recent_actions
-from upwell.scalelog import ScalingLog
+from upwell.scalelog import ScalingLog, fresh_reconcile_state
 from upwell.settings import Settings
 from upwell.storage import Storage
 
@@ -44,7 +44,7 @@ def store(own_azurite, monkeypatch) -> Storage:
         else:
             for blob in client.list_blobs():
                 client.delete_blob(blob.name)
-    ScalingLog(storage).forget_reconcile_state()
+    ScalingLog(storage).save_reconcile_state(fresh_reconcile_state())
     storage.queue(names.BLOB_POISON_QUEUE).create_queue() if not _exists(storage) else \
         storage.queue(names.BLOB_POISON_QUEUE).clear_messages()
     return storage

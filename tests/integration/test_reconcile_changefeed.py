@@ -25,7 +25,7 @@ from upwell.ingest.ingestor import Ingestor, job_id_for
 from upwell.ledger import Ledger
 from upwell.ops.changefeed import CONTAINER, ChangeFeed, Cursor, segment_key
 from upwell.ops.reconcile import Reconciler
-from upwell.scalelog import ScalingLog
+from upwell.scalelog import ScalingLog, fresh_reconcile_state
 from upwell.settings import Settings
 from upwell.storage import Storage
 
@@ -46,7 +46,7 @@ def store(own_azurite, monkeypatch) -> Storage:
         if client.exists():
             for blob in client.list_blobs():
                 client.delete_blob(blob.name)
-    ScalingLog(storage).forget_reconcile_state()
+    ScalingLog(storage).save_reconcile_state(fresh_reconcile_state())
     return storage
 
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from upwell.scalelog import Action, DecisionRow, ScalingLog
+from upwell.scalelog import Action, DecisionRow, ScalingLog, fresh_reconcile_state
 from upwell.storage import Storage
 
 
@@ -64,9 +64,8 @@ def test_an_unreadable_policy_state_reads_empty_and_keeps_its_etag(log, stored):
 
 
 def test_reconcile_state_and_actions(log):
-    log.forget_reconcile_state()
-    log.forget_reconcile_state()  # no row is fine
-    assert log.reconcile_state() == {"watermark": 0.0, "redrives": {}}
+    log.table.delete_entity("_reconcile", "state")  # no row: a fresh state
+    assert log.reconcile_state() == fresh_reconcile_state() == {"watermark": 0.0, "redrives": {}}
     log.save_reconcile_state({"watermark": 5.0, "redrives": {"a": 1}})
     assert log.reconcile_state() == {"watermark": 5.0, "redrives": {"a": 1}}
     first = Action("missed_upload", "incoming/a", "redriven", at="9999-01-01T00:00:01")  # newer than any real pass's

@@ -13,6 +13,7 @@ import pytest
 
 from upwell.messages import WorkItem
 from workers.launch import run_payload
+from workers.payloads.common import read_progress
 
 METRIC_KEYS = ("loss", "accuracy", "test_accuracy_history", "test_loss_history", "test_accuracy", "test_loss")
 
@@ -45,8 +46,10 @@ def test_default_configuration_reaches_the_documented_accuracy(uninterrupted):
     assert m["test_accuracy"] >= 0.95
     assert len(m["loss"]) == len(m["accuracy"]) == m["epochs"] == 10
     assert m["loss"][-1] < m["loss"][0]
-    # checkpoint_interval_s (30 s) is longer than the whole run: only the last epoch checkpoints
-    assert m["device"] == "cpu" and m["samples_per_second"] > 0 and m["checkpoints_written"] == 1
+    assert m["device"] == "cpu" and m["samples_per_second"] > 0
+    # The last epoch always checkpoints; before it, one more at most every checkpoint_interval_s (30 s by
+    # default) of the run's own loop time: exactly one when the run is shorter, whatever the machine's speed.
+    assert 1 <= m["checkpoints_written"] <= 1 + int((m["loop_s"] + 1) // 30), (m["checkpoints_written"], m["loop_s"])
     assert [p.name for p in uninterrupted.artifacts] == ["model.pt"]
 
 
@@ -60,7 +63,10 @@ def test_resume_after_stop_gives_the_same_metrics(tmp_path, uninterrupted):
 
     resumed = run_payload(item({}, attempt=2), tmp_path / "resumed", resume_dir=saved)
     assert resumed.status == "succeeded", resumed.stderr_tail
-    assert resumed.resumed_from == cut.metrics["resumed_from"] or resumed.resumed_from is not None
+    # It resumed from the cut's last checkpoint: the epoch and batch where the cut stopped.
+    assert cut.metrics["resumed_from"] is None
+    assert resumed.resumed_from == read_progress(saved)["marker"], (resumed.resumed_from, read_progress(saved))
+    assert resumed.resumed_from["epoch"] == cut.metrics["epoch"] < 10
     assert resumed.metrics["resumed_from"] == resumed.resumed_from
     for key in METRIC_KEYS:
         assert resumed.metrics[key] == uninterrupted.metrics[key], key
@@ -82,7 +88,8 @@ def test_ddp_on_two_processes_stops_through_torchrun_and_resumes_on_one(tmp_path
     assert len(resumed.metrics["loss"]) == 6 and resumed.metrics["test_accuracy"] >= 0.95
 
 
-@pytest.mark.parametrize(("interval", "written"), [(0, 3), (30, 1), (0.000001, 3)])
+# A day (the parameter's maximum) is longer than any run here can take: only the last epoch checkpoints.
+@pytest.mark.parametrize(("interval", "written"), [(0, 3), (86400, 1), (0.000001, 3)])
 def test_checkpoint_cadence_is_every_n_epochs_and_no_sooner_than_the_interval(tmp_path, interval, written):
     params = {"epochs": 3, "arch": "mlp", "checkpoint_interval_s": interval}
     result = run_payload(item(params), tmp_path)

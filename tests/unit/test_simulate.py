@@ -1,9 +1,8 @@
-"""The scaling simulation: determinism, speed, the model's invariants, the baselines' rules, the CLI."""
+"""The scaling simulation: determinism, the model's invariants, the baselines' rules, the CLI."""
 
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -21,12 +20,11 @@ def trace(**kw) -> sim.Trace:
     return replace(base, **kw)
 
 
-def test_shipped_traces_run_fast_and_deterministically():
+def test_shipped_traces_run_deterministically():
+    """How long the shipped traces take is a benchmark's figure (bench/bench_scaling.py prints the seconds
+    of every trace x policy run), not a bound here: a busy machine must not fail a correct simulation."""
     traces = [sim.load_trace(t) for t in sim.DEFAULT_TRACES]
-    t0 = time.perf_counter()
     first = sim.compare(traces, seed=3)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 10, f"three traces x four policies took {elapsed:.1f} s"
     again = sim.compare(traces, seed=3)
     assert [r.row() for rs in first.values() for r in rs] == [r.row() for rs in again.values() for r in rs]
     other = sim.compare(traces[:1], seed=4)
