@@ -38,7 +38,7 @@ from upwell.verdict import (
     decide_claim,
     decide_delivery,
 )
-from workers.config import AgentConfig
+from workers.agent_config import AgentConfig
 from workers.delivery import Hand, gather
 from workers.jobrows import JobRows
 from workers.launch import run_payload

@@ -3,7 +3,7 @@
 ``run_payload`` prepares the work directory (``workers.workdir``), starts the registered module
 (plain, under mpiexec, or under torchrun) in its own process group, streams its output to
 ``payload.log``, calls ``on_tick`` every few seconds, forwards a stop request as a signal
-(``workers.process``), and turns the exit into a ``LaunchResult``. A definition without a module
+(``workers.payload_process``), and turns the exit into a ``LaunchResult``. A definition without a module
 runs through ``workers.runner``. The contract is written down in ``workers/payloads/README.md``.
 """
 
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
+from workers.payload_process import GRACE_S, TICK_S, Outcome, start, supervise
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, METRICS_FILE, read_progress
-from workers.process import GRACE_S, TICK_S, Outcome, start, supervise
 from workers.procs import REPO_ROOT, shield_mpiexec
 from workers.runner import provenance, run_definition
 from workers.workdir import LaunchResult, prepare_workdir, read_json

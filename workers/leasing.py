@@ -23,7 +23,7 @@ from upwell.storage import Storage
 from workers.node import Node
 
 if TYPE_CHECKING:
-    from workers.config import AgentConfig
+    from workers.agent_config import AgentConfig
 
 
 class LeaseLoop:

@@ -1,7 +1,7 @@
 """The node's processes as Linux sees them: a child that dies with its parent, a process group
 signalled with its strays, and a process's descendants read from /proc.
 
-The bottom of the launcher's stack: ``workers.process`` (one payload process) and ``workers.warm``
+The bottom of the launcher's stack: ``workers.payload_process`` (one payload process) and ``workers.warm``
 (the forkserver) both start children through these, and this module imports nothing of ``workers``.
 """
 

@@ -5,7 +5,7 @@ Steps, all in the work dir W and none through a shell: write the definition's
 checkpoint files back from ``W/ckpt/``, run each ``prepare`` argv, then the
 ``command`` (under the launcher; with ``checkpoint.resume`` appended when a
 checkpoint file is there), supervised by the same loop as the Python payloads
-(``workers.process``): lease ticks, the definition's stop signal and grace on a
+(``workers.payload_process``): lease ticks, the definition's stop signal and grace on a
 stop request. Then the checkpoint files are copied to ``W/ckpt/`` (the agent
 stages them out), and on success the post-steps run, artifacts are copied to
 ``W/out/`` and metrics are read (JSON files, named regexes over the tool's log
@@ -38,7 +38,7 @@ from upwell.payloads import params as payload_params
 from upwell.payloads.argv import command_argv, values_for
 from upwell.payloads.definition import Definition, render
 from upwell.payloads.validate import Loaded
-from workers.process import TAIL_BYTES, TICK_S, start, supervise
+from workers.payload_process import TAIL_BYTES, TICK_S, start, supervise
 from workers.procs import shield_mpiexec
 from workers.workdir import LaunchResult, prepare_workdir
 

@@ -6,7 +6,7 @@
 - **Cancel** (``CancelWatch``): how a running attempt learns of ``upwell cancel``.
 - **Node time** (``NodeClock``), chosen once at start-up by ``node_clock``. On Azure a node's cores are its
   own: ``WallClock`` watches nothing and takes nothing off. Where local nodes share one machine (the
-  shared-machine setting, ``workers.config.SHARED_MACHINE``, which ``upwell up`` sets),
+  shared-machine setting, ``workers.agent_config.SHARED_MACHINE``, which ``upwell up`` sets),
   ``upwell.local.cpuwait`` counts the time a payload and the agent's staging waited for a CPU that
   another "node" held: not node time.
 """
@@ -69,7 +69,7 @@ class CancelWatch:
 
 
 class PayloadWatch(Protocol):
-    """One payload's CPU wait, sampled by the launcher's supervision loop (``workers.process``)."""
+    """One payload's CPU wait, sampled by the launcher's supervision loop (``workers.payload_process``)."""
 
     def sample(self, now: float) -> None: ...
 

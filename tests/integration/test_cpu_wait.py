@@ -23,7 +23,7 @@ from upwell.local.cpuwait import PayloadWait, RunQueueClock
 from upwell.messages import WorkItem
 from upwell.settings import Settings
 from workers import results
-from workers.config import SHARED_MACHINE, AgentConfig
+from workers.agent_config import SHARED_MACHINE, AgentConfig
 from workers.launch import run_payload
 from workers.supervision import WallClock, node_clock
 

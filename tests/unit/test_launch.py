@@ -20,7 +20,7 @@ from upwell.cli import app
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
-from workers import launch, process
+from workers import launch, payload_process as process
 from workers.launch import build_command, run_payload
 
 
@@ -218,7 +218,7 @@ def test_a_stop_that_kills_the_payload_before_its_handler_is_a_preemption(tmp_pa
     """A spot eviction during start-up: the forwarded SIGTERM (SIGUSR1 for MPI) kills the payload before
     it installed its handler. The agent stopped it; it did not fail. Unasked, the same death is a failure."""
     from workers.launch import _status
-    from workers.process import Outcome as _Outcome
+    from workers.payload_process import Outcome as _Outcome
 
     for signum in (signal.SIGTERM, signal.SIGUSR1):
         assert _status(-signum, tmp_path, _Outcome(stopped=True)) == "preempted"

@@ -46,7 +46,7 @@ class LocalStack:
         self.env.setdefault("UPWELL_POLL_S", "0.25")
         self.env.setdefault("UPWELL_WARM_RUNNER", "1")  # Python payloads forked from a pre-imported parent
         # Every local node is a process on this one machine: the time a payload waits for a CPU that another
-        # "node" holds is not node time (the agent reads this setting once at start-up, workers.config, and
+        # "node" holds is not node time (the agent reads this setting once at start-up, workers.agent_config, and
         # picks its node clock by it), so local costs are what the work costs.
         self.env.setdefault("UPWELL_SHARED_MACHINE", "1")
         self.blob_poll_s = self.env.get("UPWELL_BLOB_POLL_S", "0.3")

@@ -28,7 +28,7 @@ from workers.procs import die_with_parent, shielded_child, signal_group
 if TYPE_CHECKING:
     from workers.supervision import NodeClock
 
-log = logs.get("workers.process")
+log = logs.get("workers.payload_process")
 
 TAIL_BYTES = 4096
 FINE_S = 0.5  # for this long after a payload starts, a watched payload is polled every 10 ms, then 100 ms
