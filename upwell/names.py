@@ -54,7 +54,7 @@ ALL_QUEUES = QUEUES + tuple(poison_queue(q) for q in QUEUES)
 # Table storage.
 JOBS_TABLE = "jobs"
 SCALE_TABLE = "scaling"
-JANITOR_TABLE = "janitor"  # every janitor finding and action (upwell.ops.janitor)
+JANITOR_TABLE = "janitor"  # every janitor finding and action (upwell.ops.findings)
 TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE)
 JOB_ROW = "job"
 

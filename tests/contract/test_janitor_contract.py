@@ -14,6 +14,7 @@ from upwell import names
 from upwell.cost import tags as T
 from upwell.ledger import JobRow, Ledger
 from upwell.ops import janitor as J
+from upwell.ops.findings import FindingsLog
 from upwell.storage import Storage
 
 RG = "/subscriptions/s1/resourceGroups/rg"
@@ -162,10 +163,11 @@ def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, 
 
     # Every finding and what became of it is recorded.
     store = ledger[1]
-    J.record(store, findings, applied=True)
-    rows = [r for r in J.recent(store, limit=500) if r["name"] in by_name]
-    assert {r["name"]: r["result"] for r in rows}["leak-disk"] == "deleted"
-    assert json.loads(next(r for r in rows if r["name"] == "leak-disk")["tags"])[T.OWNER] == "lead"
+    FindingsLog(store).record(findings, applied=True)
+    rows = [r for r in FindingsLog(store).recent(limit=500) if r.finding.name in by_name]
+    assert {r.finding.name: r.finding.result for r in rows}["leak-disk"] == "deleted"
+    leak = next(r for r in rows if r.finding.name == "leak-disk")
+    assert leak.applied and leak.finding.tags[T.OWNER] == "lead" and leak.finding.tagged
 
 
 def test_contract_janitor_policy_file(cloud, credential, client_kwargs, ledger, tmp_path):

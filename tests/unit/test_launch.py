@@ -20,7 +20,8 @@ from upwell.cli import app
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
-from workers import launch, payload_process as process
+from workers import launch
+from workers import payload_process as process
 from workers.launch import build_command, run_payload
 
 

@@ -116,14 +116,15 @@ def quarantine(storage: Storage, limit: int = 20) -> list[dict]:
 
 
 def snapshot(storage: Storage, settings: Any) -> dict[str, Any]:
-    from upwell.ops.janitor import recent
+    from upwell.ops.findings import FindingsLog
 
     now = datetime.now(UTC)
     pool_rows, decisions = pools(storage, settings, now)
     return {"generated_at": now_iso(), "jobs": jobs(Ledger(storage), now), "pools": pool_rows,
             "decisions": decisions, "quarantine": quarantine(storage),
-            "janitor": [{k: r.get(k) for k in ("RowKey", "kind", "name", "reason", "action", "result", "tagged",
-                                               "applied")} for r in recent(storage, 20)]}
+            "janitor": [{"RowKey": r.row_key, "kind": r.finding.kind, "name": r.finding.name,
+                         "reason": r.finding.reason, "action": r.finding.action, "result": r.finding.result,
+                         "tagged": r.finding.tagged, "applied": r.applied} for r in FindingsLog(storage).recent(20)]}
 
 
 def job_detail(storage: Storage, job_id: str) -> dict[str, Any] | None:

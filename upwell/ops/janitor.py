@@ -23,19 +23,19 @@ ledger and the pool-activity source.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from upwell import logs, names
+from upwell import logs
 from upwell.cost import tags as T
 from upwell.cost import wallclock
 from upwell.errors import ConfigError
+from upwell.ops.findings import Finding, FindingsLog
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.ops.janitor")
@@ -74,23 +74,6 @@ class Policy:
                               f"{sorted(DEFAULT_ACTIONS)}, actions {list(ACTIONS)}")
         return cls(actions=actions, idle_minutes=float(doc.get("idle_minutes", 60.0)),
                    include_untagged=bool(doc.get("include_untagged", False)))
-
-
-@dataclass
-class Finding:
-    kind: str
-    resource: str  # ARM id, Batch pool or job id, or upwell job id
-    name: str
-    reason: str
-    tagged: bool
-    action: str = "report"
-    tags: dict = field(default_factory=dict)
-    result: str = ""  # after apply: "deleted", "skipped: ...", "failed: ..."
-
-    def as_row(self) -> dict[str, Any]:
-        row = asdict(self)
-        row["tags"] = json.dumps(self.tags, sort_keys=True)
-        return row
 
 
 def _prop(obj: Any, name: str) -> Any:
@@ -369,31 +352,6 @@ class Janitor:
         return "killed"
 
 
-def record(storage: Any, findings: list[Finding], *, applied: bool) -> int:
-    """Write every finding (and what was done) to Table janitor: PartitionKey the day, RowKey time+n."""
-    table = storage.table(names.JANITOR_TABLE)
-    stamp = now_iso()
-    for i, f in enumerate(findings):
-        table.upsert_entity({"PartitionKey": stamp[:10], "RowKey": f"{stamp}-{i:04d}", "applied": applied,
-                             **{k: (v if v is not None else "") for k, v in f.as_row().items()}})
-    return len(findings)
-
-
-def recent(storage: Any, limit: int = 50) -> list[dict]:
-    """The latest findings, newest first (today's and yesterday's partitions)."""
-    from datetime import timedelta
-
-    table = storage.table(names.JANITOR_TABLE)
-    today = datetime.now(UTC).date()
-    rows: list[dict] = []
-    for day in (today, today - timedelta(days=1)):
-        try:
-            rows += [dict(r) for r in table.query_entities("PartitionKey eq @d", parameters={"d": day.isoformat()})]
-        except Exception:  # noqa: BLE001 - no table yet: no findings
-            return rows
-    return sorted(rows, key=lambda r: r["RowKey"], reverse=True)[:limit]
-
-
 def pool_activity(storage: Any) -> Callable[[str, float], bool]:
     """Was a pool busy (backlog, in-flight shards or busy nodes) within the last N minutes? From the
     scaler's decisions in the scaling log; a pool with no decision in the window counts as idle."""
@@ -434,5 +392,5 @@ def run(storage: Any, *, apply: bool = False, policy: Policy | None = None, **kw
     findings = janitor.scan()
     if apply:
         janitor.apply(findings)
-    record(storage, findings, applied=apply)
+    FindingsLog(storage).record(findings, applied=apply)
     return findings
