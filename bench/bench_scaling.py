@@ -1,7 +1,7 @@
 """Scaling policies side by side: upwell's cost x makespan over each baseline's, per trace and seed.
 
-Runs the discrete-event simulation (upwell.scale.simulate) for every shipped trace and
-several seeds, then prints, per trace, the ratio upwell / baseline of cost x
+Runs the discrete-event simulation (upwell.scale.comparison over upwell.scale.poolsim) for every
+shipped trace and several seeds, then prints, per trace, the ratio upwell / baseline of cost x
 makespan (below 1: upwell better), of cost and of makespan, with the spread over
 seeds. Also times ``scaling.decide`` against the bare ``scaling.target`` formula.
 
@@ -21,25 +21,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from upwell.pools.base import PoolSpec
 from upwell.scale import policy as scaling
-from upwell.scale import simulate as sim
+from upwell.scale.clairvoyant import lower_bound
+from upwell.scale.comparison import compare
+from upwell.scale.traces import DEFAULT_TRACES, load_trace
 
 BASELINES = ("batch-formula", "keda", "keda-all")
 
 
 def ratios(seeds: int) -> dict:
     out: dict = {}
-    for name in sim.DEFAULT_TRACES:
-        trace = sim.load_trace(name)
+    for name in DEFAULT_TRACES:
+        trace = load_trace(name)
         per = {b: {"cxm": [], "cost": [], "makespan": []} for b in BASELINES}
         bound: dict[str, list[float]] = {p: [] for p in ("upwell", *BASELINES)}
         for seed in range(seeds):
-            rs = {r.policy: r for r in sim.compare([trace], seed)[trace.name]}
+            rs = {r.policy: r for r in compare([trace], seed)[trace.name]}
             up = rs["upwell"]
             for b in BASELINES:
                 per[b]["cxm"].append(up.cost_x_makespan / rs[b].cost_x_makespan)
                 per[b]["cost"].append(up.cost_usd / rs[b].cost_usd)
                 per[b]["makespan"].append(up.makespan_min / rs[b].makespan_min)
-            floor = sim.lower_bound(trace, seed).cost_x_makespan
+            floor = lower_bound(trace, seed).cost_x_makespan
             for p in bound:
                 bound[p].append(rs[p].cost_x_makespan / floor)
         out[trace.name] = {"vs": per, "bound": bound}

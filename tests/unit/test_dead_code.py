@@ -215,7 +215,7 @@ def test_a_reference_from_production_code_or_by_name_keeps_a_definition():
         "upwell/pools/batch.py": "def _use(spec):\n    return build.planted_task(spec)\n\n\n_use(None)",
         "workers/runner.py": "def planted_entry():\n    return 1\n\n\nENTRY = 'workers.runner:planted_entry'",
         "handlers/context.py": "@registry.command()\ndef planted_command():\n    return 1",
-        "upwell/scale/simulate.py": "class Planted:\n    def _on_planted(self):\n        return 1\n\n"
+        "upwell/scale/poolsim.py": "class Planted:\n    def _on_planted(self):\n        return 1\n\n"
                                     "    def go(self, kind):\n        return getattr(self, f'_on_{kind}')()\n\n\n"
                                     "Planted().go('planted')",
     }) == []

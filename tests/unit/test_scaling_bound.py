@@ -7,24 +7,26 @@ from dataclasses import replace
 import pytest
 
 from upwell.pools.base import PoolSpec
-from upwell.scale import simulate as sim
+from upwell.scale.clairvoyant import lower_bound
+from upwell.scale.comparison import compare
 from upwell.scale.policy import Observation, PolicyState, decide, drain
+from upwell.scale.traces import DEFAULT_TRACES, load_trace
 
 
-@pytest.mark.parametrize("name", sim.DEFAULT_TRACES)
+@pytest.mark.parametrize("name", DEFAULT_TRACES)
 def test_no_policy_beats_the_bound(name):
-    trace = sim.load_trace(name)
-    bound = sim.lower_bound(trace, 0)
+    trace = load_trace(name)
+    bound = lower_bound(trace, 0)
     assert bound.cost_usd > 0 and bound.makespan_min > 0
-    for result in sim.compare([trace], 0)[trace.name]:
+    for result in compare([trace], 0)[trace.name]:
         assert result.cost_usd >= bound.cost_usd - 1e-9, result.policy
         assert result.makespan_min >= bound.makespan_min - 1e-9, result.policy
         assert result.cost_x_makespan >= bound.cost_x_makespan, result.policy
 
 
 def test_bound_on_a_slurm_cluster_waits_for_no_boot():
-    trace = sim.load_trace("burst")
-    assert sim.lower_bound(trace, 0, "slurm").makespan_min < sim.lower_bound(trace, 0).makespan_min
+    trace = load_trace("burst")
+    assert lower_bound(trace, 0, "slurm").makespan_min < lower_bound(trace, 0).makespan_min
 
 
 SPEC = PoolSpec("cpu", max_nodes=10, scale_down_votes=1)

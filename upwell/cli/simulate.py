@@ -29,24 +29,28 @@ def simulate(
 ) -> None:
     """Simulate a pool under workload traces and compare scaling policies side by side."""
     from upwell.errors import UpwellError
-    from upwell.scale import simulate as sim
+    from upwell.scale.baselines import DEFAULT_POLICIES
+    from upwell.scale.clairvoyant import lower_bound
+    from upwell.scale.comparison import compare
+    from upwell.scale.sim_results import write
+    from upwell.scale.traces import DEFAULT_TRACES, load_trace
 
     try:
-        loaded = [sim.load_trace(t) for t in (traces or sim.DEFAULT_TRACES)]
-        results = sim.compare(loaded, seed, tuple(policy or sim.DEFAULT_POLICIES), max_nodes=pool_max,
-                              spot_share=spot_share, linger_s=keda_linger_min * 60, backend=backend)
+        loaded = [load_trace(t) for t in (traces or DEFAULT_TRACES)]
+        results = compare(loaded, seed, tuple(policy or DEFAULT_POLICIES), max_nodes=pool_max,
+                          spot_share=spot_share, linger_s=keda_linger_min * 60, backend=backend)
     except UpwellError as exc:
         console.print(f"[red]error[/] {exc}")
         raise typer.Exit(2) from None
     for trace in loaded:
-        console.print(table(trace, results[trace.name], seed, backend, sim.lower_bound(trace, seed, backend)))
-    paths = sim.write(results, out, plots=plots)
+        console.print(table(trace, results[trace.name], seed, backend, lower_bound(trace, seed, backend)))
+    paths = write(results, out, plots=plots)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def table(trace, results, seed: int, backend: str | None = None, bound=None) -> Table:
     """One trace's results; the lowest cost x makespan (USD x hours) in green; each policy's ratio to the
-    clairvoyant lower bound (upwell.scale.simulate.lower_bound) in the last column."""
+    clairvoyant lower bound (upwell.scale.clairvoyant.lower_bound) in the last column."""
     best = min(r.cost_x_makespan for r in results)
     caption = trace.description
     if bound is not None:

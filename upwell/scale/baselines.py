@@ -40,7 +40,7 @@ from upwell.pools.base import PoolSpec
 from upwell.scale.policy import Observation, PolicyState, decide, split
 
 if TYPE_CHECKING:  # pragma: no cover
-    from upwell.scale.simulate import Sim
+    from upwell.scale.poolsim import Sim
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
-"""A discrete-event simulation of one worker pool under a workload trace.
+"""A discrete-event simulation of one worker pool under a workload trace (upwell.scale.traces).
 
-It compares scaling policies (upwell.scale.baselines) on the same trace with
-the same random draws: the k-th node any policy asks for boots in the same
-time, and a spot node's eviction comes the same time after it booted.
+Policies (upwell.scale.baselines) are compared on the same trace with the same random draws
+(``Draws``): the k-th node any policy asks for boots in the same time, and a spot node's eviction
+comes the same time after it booted.
 
 The model:
 - tasks arrive on the queue (the trace), workers take them first-come first-served;
@@ -16,161 +16,38 @@ The model:
   as ingest learns it from earlier results); it is evaluated on its timer and at each arrival (ingest's scale
   nudge, UPWELL_SCALE_ON_INGEST, on in the Bicep deployment);
 - the policy's Plan is applied at once: asked-for nodes start booting; removal
-  follows the plan's mode (idle / taskcompletion / kill, see simulate_policies);
+  follows the plan's mode (idle / taskcompletion / kill, see ``Sim._shrink``);
 - with a budget in the trace, no task is dispatched once the spend reaches it
   (upwell stops dispatching a job over its budget);
 - under ``kill`` (Kubernetes) a node whose pod went stays billed, idle, for
   ``linger_s`` (cluster-autoscaler's scale-down-unneeded-time, 10 min) and is
   reused at once if a pod needs a node in that time.
 
-Measured per policy: tasks completed, makespan (first arrival to last completion), cost (node-hours
-x price, until the pool is empty), idle node-minutes (booted, no task), boot
-node-minutes, p95 queue wait (a task's time visible on the queue, all attempts),
-work lost to kills and evictions, and cost x makespan.
+A run ends in a ``Result`` (upwell.scale.sim_results).
 """
 
 from __future__ import annotations
 
 import heapq
-import json
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from upwell import REPO
-from upwell.errors import ConfigError
-from upwell.scale.baselines import DEFAULT_POLICIES, Plan, make_policy, pool_spec
+from upwell.scale.baselines import Plan
+from upwell.scale.sim_results import Result
+from upwell.scale.traces import Trace, estimate_s
 
-TRACES_DIR = REPO / "samples" / "traces"
-DEFAULT_TRACES = ("burst.json", "trickle.json", "instrument-day.json")
 NOTICE_S = 30.0  # spot eviction notice
 SAMPLE_S = 30.0  # time-series and Batch metric sampling
 LINGER_S = 600.0  # cluster-autoscaler scale-down-unneeded-time default
 
 
-# --- traces ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Trace:
-    """A workload and the pool it runs on; ``arrivals`` are expanded with the seed."""
-
-    name: str
-    description: str
-    arrivals: tuple[dict, ...]
-    max_nodes: int = 20
-    tasks_per_node: int = 1
-    spot_share: float = 0.0
-    price_key: str = "Standard_D4s_v5"
-    price_per_node_hour: float | None = None
-    spot_price_per_node_hour: float | None = None
-    boot_median_min: float = 6.0
-    boot_sigma: float = 0.5
-    boot_min_min: float = 3.0
-    boot_max_min: float = 30.0
-    evictions_per_spot_node_hour: float = 0.0
-    checkpoint_min: float = 0.0  # 0: a task restarts from scratch
-    budget_usd: float | None = None
-    # "cloud": a node boots for the drawn delay before it takes work. "slurm": an agent is a job on a
-    # fixed cluster of max_nodes nodes that are already up, so it starts at once (no boot cost).
-    backend: str = "cloud"
-
-    def prices(self) -> tuple[float, float]:
-        if self.price_per_node_hour is not None:
-            p = float(self.price_per_node_hour)
-            return p, float(self.spot_price_per_node_hour if self.spot_price_per_node_hour is not None else p)
-        from upwell import cost
-
-        return cost.price(self.price_key), cost.price(self.price_key, spot=True)
-
-
-def load_trace(path: str | Path) -> Trace:
-    """Read a trace JSON file; a bare name is looked up in samples/traces/."""
-    p = Path(path)
-    if not p.exists() and (TRACES_DIR / p.name).exists():
-        p = TRACES_DIR / p.name
-    if not p.exists() and (TRACES_DIR / f"{p.name}.json").exists():
-        p = TRACES_DIR / f"{p.name}.json"
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"trace {str(path)!r} not found (shipped: {sorted(DEFAULT_TRACES)})") from None
-    except ValueError as exc:
-        raise ConfigError(f"trace {p}: not valid JSON: {exc}") from None
-    pool = dict(data.get("pool") or {})
-    boot = dict(data.get("boot_minutes") or {})
-    known = set(Trace.__dataclass_fields__)
-    fields = {k: v for k, v in pool.items() if k in known}
-    fields.update({f"boot_{k}_min" if k in ("median", "min", "max") else f"boot_{k}": v for k, v in boot.items()})
-    for key in ("evictions_per_spot_node_hour", "checkpoint_min", "budget_usd"):
-        if key in data:
-            fields[key] = data[key]
-    return Trace(name=str(data.get("name") or p.stem), description=str(data.get("description", "")),
-                 arrivals=tuple(data.get("arrivals") or ()), **fields)
-
-
-def estimate_s(trace: Trace) -> float | None:
-    """The per-task estimate ingest would write on the job rows (what upwell.cost.forecast learns from earlier
-    results of the same payload): the mean duration of the trace's arrival groups, weighted by their counts."""
-    total = weight = 0.0
-    for group in trace.arrivals:
-        if "per_min" in group:
-            n = float(group["per_min"]) * (float(group["to_min"]) - float(group.get("from_min", 0)))
-        else:
-            n = float(group.get("count", 0)) * float(group.get("times", 1))
-        total += n * float(group.get("duration_min", 1.0)) * 60
-        weight += n
-    return total / weight if weight > 0 else None
-
-
-def expand(trace: Trace, seed: int) -> list[tuple[float, float]]:
-    """(arrival s, duration s) of every task, sorted; the same for a seed."""
-    rng = random.Random(f"{trace.name}-tasks-{seed}")
-    tasks: list[tuple[float, float]] = []
-    for group in trace.arrivals:
-        dur, cv = float(group.get("duration_min", 1.0)) * 60, float(group.get("cv", 0.0))
-        times = _arrival_times(group, rng)
-        tasks += [(t, _duration(dur, cv, rng)) for t in times]
-    return sorted(tasks)
-
-
-def _arrival_times(group: dict, rng: random.Random) -> list[float]:
-    if "at_min" in group:
-        jitter = float(group.get("jitter_min", 0.0)) * 60
-        start = float(group["at_min"]) * 60 + (rng.uniform(-jitter, jitter) if jitter else 0.0)
-        spread = float(group.get("spread_min", 0.0)) * 60
-        return [max(start + (rng.uniform(0, spread) if spread else 0.0), 0.0) for _ in range(int(group["count"]))]
-    if "per_min" in group:
-        t, end, rate = float(group.get("from_min", 0)) * 60, float(group["to_min"]) * 60, float(group["per_min"]) / 60
-        out = []
-        while True:
-            t += rng.expovariate(rate)
-            if t >= end:
-                return out
-            out.append(t)
-    if "every_min" in group:  # periodic drops of `count` files
-        out = []
-        for k in range(int(group["times"])):
-            sub = {**group, "at_min": float(group.get("from_min", 0)) + k * float(group["every_min"])}
-            sub.pop("every_min")
-            out += _arrival_times(sub, rng)
-        return out
-    raise ConfigError(f"arrival group needs at_min, per_min or every_min: {group}")
-
-
-def _duration(mean_s: float, cv: float, rng: random.Random) -> float:
-    if cv <= 0:
-        return mean_s
-    sigma = math.sqrt(math.log(1 + cv * cv))
-    return mean_s * math.exp(rng.gauss(-sigma * sigma / 2, sigma))
-
-
-# --- the engine ----------------------------------------------------------------------
-
 @dataclass
 class Task:
+    """One task of the trace across its attempts: when it was queued, how long it waited, the work kept."""
+
     id: int
     arrival: float
     duration: float
@@ -184,6 +61,8 @@ class Task:
 
 @dataclass
 class Node:
+    """One node from its request until it is gone; ``state`` is its place in the pool's life cycle."""
+
     id: int
     spot: bool
     requested: float
@@ -200,40 +79,14 @@ class Node:
 
 @dataclass(frozen=True)
 class View:
+    """What a policy reads of the pool at one instant: the queue and the node counts."""
+
     visible: int
     busy: int
     alive: int  # booting + idle + busy (not leaving)
     booting: int
     spot: int
 
-
-@dataclass
-class Result:
-    trace: str
-    policy: str
-    tasks: int
-    makespan_min: float
-    cost_usd: float
-    idle_node_min: float
-    boot_node_min: float
-    p95_wait_min: float
-    lost_task_min: float
-    evictions: int
-    peak_nodes: int
-    completed: int = 0
-    series: dict[str, list[float]] = field(default_factory=dict, repr=False)
-
-    @property
-    def cost_x_makespan(self) -> float:
-        return self.cost_usd * self.makespan_min / 60.0  # USD x hours
-
-    def row(self) -> dict[str, Any]:
-        return {"trace": self.trace, "policy": self.policy, "tasks": self.tasks, "completed": self.completed,
-                "makespan_min": round(self.makespan_min, 2), "cost_usd": round(self.cost_usd, 4),
-                "idle_node_min": round(self.idle_node_min, 1), "boot_node_min": round(self.boot_node_min, 1),
-                "p95_wait_min": round(self.p95_wait_min, 2), "lost_task_min": round(self.lost_task_min, 1),
-                "evictions": self.evictions, "peak_nodes": self.peak_nodes,
-                "cost_x_makespan_usd_h": round(self.cost_x_makespan, 4)}
 
 
 class Draws:
@@ -526,121 +379,3 @@ def _p95(values: list[float]) -> float:
         return 0.0
     k = max(math.ceil(0.95 * len(values)) - 1, 0)
     return sorted(values)[k]
-
-
-# --- running and comparing ------------------------------------------------------------
-
-BACKENDS = ("cloud", "slurm")
-
-
-def run(trace: Trace, policy: str, seed: int = 0, *, max_nodes: int | None = None,
-        spot_share: float | None = None, linger_s: float = LINGER_S, backend: str | None = None) -> Result:
-    """One policy on one trace. ``linger_s``: how long a Kubernetes node stays after its pod went;
-    ``backend``: "slurm" models a fixed cluster of ``max_nodes`` whose agents start at once."""
-    if backend is not None:
-        trace = _with(trace, backend=backend)
-    if trace.backend not in BACKENDS:
-        raise ConfigError(f"trace {trace.name}: backend must be one of {list(BACKENDS)}, got {trace.backend!r}")
-    spec = pool_spec(trace.name, max_nodes=max_nodes or trace.max_nodes, tasks_per_node=trace.tasks_per_node,
-                     spot_share=trace.spot_share if spot_share is None else spot_share, price_key=trace.price_key)
-    if spot_share is not None:
-        trace = _with(trace, spot_share=spot_share)
-    tasks = expand(trace, seed)
-    sim = Sim(trace, make_policy(policy, spec, seed, trace.budget_usd), tasks, Draws(trace, seed), linger_s)
-    horizon = max((a for a, _ in tasks), default=0.0) + sum(d for _, d in tasks) + 48 * 3600
-    return sim.run(horizon)
-
-
-@dataclass(frozen=True)
-class Bound:
-    """A clairvoyant lower bound on one trace and seed: no policy, even one that knows every arrival and
-    duration in advance, pays less or finishes sooner, so none has a lower cost x makespan.
-
-    cost >= the task time at the cheapest mix the pool allows (the spot share at the spot price; no
-    boot, no idle node, no eviction). The pool is empty at time 0 and the fastest boot takes
-    ``boot_min_min``, so no task starts before it: makespan >= each task's max(arrival, fastest boot) +
-    duration, and >= the fastest boot + all task time spread over every slot (less the first arrival).
-    The two floors need not be reached by one schedule, so the bound may be below every real policy."""
-
-    trace: str
-    cost_usd: float
-    makespan_min: float
-
-    @property
-    def cost_x_makespan(self) -> float:
-        return self.cost_usd * self.makespan_min / 60.0
-
-
-def lower_bound(trace: Trace, seed: int = 0, backend: str | None = None) -> Bound:
-    """See ``Bound``. On a Slurm cluster (``backend`` or the trace's) no boot is billed or waited for."""
-    if backend is not None:
-        trace = _with(trace, backend=backend)
-    tasks = expand(trace, seed)
-    if not tasks:
-        return Bound(trace.name, 0.0, 0.0)
-    price, spot_price = trace.prices()
-    share = min(max(trace.spot_share, 0.0), 1.0)
-    work_h = sum(d for _, d in tasks) / 3600
-    cost = work_h * (share * min(spot_price, price) + (1 - share) * price)
-    first, boot = tasks[0][0], (0.0 if trace.backend == "slurm" else trace.boot_min_min * 60)
-    slots = max(trace.max_nodes * max(trace.tasks_per_node, 1), 1)
-    last = max(max(max(a, boot) + d for a, d in tasks), boot + work_h * 3600 / slots)
-    return Bound(trace.name, cost, (last - first) / 60)
-
-
-def compare(traces: list[Trace], seed: int = 0, policies: tuple[str, ...] = DEFAULT_POLICIES, *,
-            max_nodes: int | None = None, spot_share: float | None = None,
-            linger_s: float = LINGER_S, backend: str | None = None) -> dict[str, list[Result]]:
-    """Every policy on every trace: {trace name: [Result per policy]}."""
-    return {t.name: [run(t, p, seed, max_nodes=max_nodes, spot_share=spot_share, linger_s=linger_s,
-                         backend=backend) for p in policies] for t in traces}
-
-
-def _with(trace: Trace, **changes: Any) -> Trace:
-    from dataclasses import replace
-
-    return replace(trace, **changes)
-
-
-def plot(trace: str, results: list[Result], path: Path) -> Path:
-    """Pool size and backlog over time, one panel per policy, to a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.4 * len(results)), sharex=True, squeeze=False)
-    top_nodes = max(max(r.series["nodes"], default=0) for r in results) * 1.08 + 0.5
-    top_backlog = max(max(r.series["backlog"], default=0) for r in results) * 1.08 + 0.5
-    for ax, r in zip(axes[:, 0], results, strict=True):
-        s = r.series
-        ax.plot(s["t_min"], s["nodes"], color="tab:blue", label="nodes", drawstyle="steps-post")
-        ax.plot(s["t_min"], s["busy"], color="tab:green", label="busy", linewidth=0.8, drawstyle="steps-post")
-        ax.set_ylabel("nodes")
-        ax.set_ylim(0, top_nodes)
-        twin = ax.twinx()
-        twin.plot(s["t_min"], s["backlog"], color="tab:orange", alpha=0.7, label="backlog", drawstyle="steps-post")
-        twin.set_ylabel("backlog")
-        twin.set_ylim(0, top_backlog)
-        ax.set_title(f"{r.policy}: {r.makespan_min:.1f} min, ${r.cost_usd:.2f}, idle {r.idle_node_min:.0f} node-min",
-                     fontsize=9, loc="left")
-        lines = ax.get_lines() + twin.get_lines()
-        ax.legend(lines, [ln.get_label() for ln in lines], loc="upper right", fontsize=7)
-    axes[-1, 0].set_xlabel("minutes")
-    fig.suptitle(f"{trace}: pool size vs backlog", fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-def write(results: dict[str, list[Result]], out: Path, *, plots: bool = True) -> list[Path]:
-    """summary.json (every row) and one PNG per trace under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    rows = [r.row() for rs in results.values() for r in rs]
-    paths = [out / "summary.json"]
-    paths[0].write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
-    if plots:
-        paths += [plot(name, rs, out / f"{name}.png") for name, rs in results.items()]
-    return paths
