@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from upwell import names
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.local import azurite
 from upwell.local.stack import LocalStack

@@ -43,7 +43,7 @@ from azure.core.exceptions import AzureError
 
 from tests.changefeed_writer import FeedWriter, event
 from upwell import names
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.local import azurite
 from upwell.ops.changefeed import CONTAINER, Cursor, segment_key

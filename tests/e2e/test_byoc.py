@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from tests.pipeline_helpers import pipeline_env, running_host, wait_reported
 from upwell import names
 from upwell.cli import app
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.payloads.registry import builtins
 from upwell.storage import Storage
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.pipeline_helpers import POOLS, REPO, module_azurite, pipeline_env, running_host, wait_for
 from upwell import names
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.ops import dashboard
 from upwell.storage import Storage

@@ -10,7 +10,7 @@ import pytest
 
 from tests.pipeline_helpers import kill, live_worker_pids, pipeline_env, running_host, wait_reported
 from upwell import names
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.scalelog import ScalingLog
 from upwell.storage import Storage

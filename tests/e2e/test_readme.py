@@ -51,7 +51,7 @@ from typer.testing import CliRunner
 from tests.pipeline_helpers import live_worker_pids, wait_for
 from upwell import names
 from upwell.cli import app
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.local import azurite
 from upwell.storage import Storage

@@ -16,7 +16,8 @@ import pytest
 
 from tests.pipeline_helpers import pipeline_env, running_host, wait_for, wait_reported
 from upwell import names
-from upwell.ingest.ingestor import Ingestor, job_id_for
+from upwell.ingest.blobnames import job_id_for
+from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
 from upwell.pools import build_slurm, make_pool

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.pipeline_helpers import POOLS, live_worker_pids, wait_reported
 from tests.thirdparty_put import put_blob
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.local import azurite
 from upwell.storage import Storage

@@ -25,7 +25,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from tests.pipeline_helpers import live_worker_pids, wait_for
 from upwell import names
-from upwell.ingest.ingestor import job_id_for
+from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import JobRow, Ledger
 from upwell.local.azurite import Azurite, free_ports
 from upwell.messages import decode

@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from upwell import names
-from upwell.ingest.ingestor import Ingestor, job_id_for
+from upwell.ingest.blobnames import job_id_for
+from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.local.azurite import ACCOUNT, ACCOUNT_KEY
 from upwell.settings import Settings

@@ -87,7 +87,7 @@ def test_watch_on_an_unknown_id_says_no_such_job_at_once(store):
     assert code == 1 and "no such job" in out, out
     assert time.monotonic() - started < 10
     # An upload not yet ingested is not unknown: watch waits for it (here, until its short timeout).
-    from upwell.ingest.ingestor import job_id_for
+    from upwell.ingest.blobnames import job_id_for
 
     blob = store.blob(names.INCOMING, "ids/pending/job.yaml")
     etag = blob.upload_blob(b"payload: logistic\n", overwrite=True)["etag"]

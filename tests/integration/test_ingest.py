@@ -7,7 +7,8 @@ import pytest
 
 from upwell import names
 from upwell.errors import InputRejected
-from upwell.ingest.ingestor import Ingestor, check_name, job_id_for
+from upwell.ingest.blobnames import check_name, job_id_for
+from upwell.ingest.ingestor import Ingestor
 from upwell.ingest.submit import push_rules, submit
 from upwell.ledger import Ledger
 from upwell.messages import decode

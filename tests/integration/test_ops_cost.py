@@ -15,7 +15,8 @@ from tests.pipeline_helpers import module_azurite, pipeline_env, running_host, w
 from upwell import cost, names
 from upwell.cost import forecast as est
 from upwell.cost.accounting import parse_since
-from upwell.ingest.ingestor import Ingestor, job_id_for
+from upwell.ingest.blobnames import job_id_for
+from upwell.ingest.ingestor import Ingestor
 from upwell.settings import Settings
 from upwell.storage import Storage
 

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from tests.faults.harness import sweep
 from tests.pipeline_helpers import module_azurite
 from upwell import names
-from upwell.ingest.ingestor import Ingestor, job_id_for
+from upwell.ingest.blobnames import job_id_for
+from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import JobRow, JobState, Ledger
 from upwell.ops.reconcile import Reconciler, recent_actions
 from upwell.scalelog import ScalingLog, fresh_reconcile_state

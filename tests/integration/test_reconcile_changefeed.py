@@ -21,7 +21,8 @@ from tests.faults.harness import sweep
 from tests.pipeline_helpers import module_azurite
 from upwell import names
 from upwell.errors import ConfigError
-from upwell.ingest.ingestor import Ingestor, job_id_for
+from upwell.ingest.blobnames import job_id_for
+from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.ops.changefeed import CONTAINER, ChangeFeed, Cursor, segment_key
 from upwell.ops.reconcile import Reconciler

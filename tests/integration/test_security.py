@@ -22,7 +22,8 @@ import yaml
 
 from upwell import documents, logs, names
 from upwell.errors import DecodeError, InputRejected
-from upwell.ingest.ingestor import Ingestor, manifests
+from upwell.ingest import manifests
+from upwell.ingest.ingestor import Ingestor
 from upwell.local.azurite import ACCOUNT, ACCOUNT_KEY
 from upwell.messages import WorkItem, decode, encode
 from upwell.settings import Settings

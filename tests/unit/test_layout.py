@@ -11,10 +11,6 @@
 - no ``.py`` file under ``upwell/`` or ``workers/`` over 500 lines, and ``workers/agent.py`` at most 200.
 
 Each rule is also shown to fail on an import (or a file) planted in a copy of the tree.
-
-``KNOWN_CIRCLES`` and ``KNOWN_LONG`` list what the tree still breaks today; the checks expect exactly
-those, so a new offender fails at once and a fixed one fails until its entry is removed. Both lists are
-meant to end empty.
 """
 
 from __future__ import annotations
@@ -29,14 +25,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("upwell", "workers", "handlers")
 
-# The circles the tree still has (each a set of modules that reach one another); other changes are
-# removing them. Empty this list as they go: the check expects exactly these.
-KNOWN_CIRCLES: list[frozenset[str]] = []
-
 MAX_LINES = 500
 MAX_LINES_OF = {"workers/agent.py": 200}  # the agent's entrypoint reads as the flow: a short loop
-# The files still over their limit, to be split; empty this set as they go (the check expects exactly these).
-KNOWN_LONG: set[str] = {"upwell/ingest/ingestor.py"}
 
 
 @dataclass(frozen=True)
@@ -178,16 +168,9 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[frozenset[str]]:
     return found
 
 
-def _unexpected(found: list[frozenset[str]], known: list[frozenset[str]]) -> list[str]:
-    new = [" <-> ".join(sorted(c)) + ": import circle" for c in found if c not in known]
-    gone = [" <-> ".join(sorted(c)) + ": no longer a circle, remove it from KNOWN_CIRCLES"
-            for c in known if c not in found]
-    return new + gone
-
-
-def check(root: Path, known: list[frozenset[str]] = KNOWN_CIRCLES) -> list[str]:
+def check(root: Path) -> list[str]:
     imports = scan(root)
-    return rule_violations(imports) + _unexpected(circles(imports), known)
+    return rule_violations(imports) + [" <-> ".join(sorted(c)) + ": import circle" for c in circles(imports)]
 
 
 def long_files(root: Path) -> dict[str, int]:
@@ -211,8 +194,7 @@ def test_the_tree_keeps_the_dependency_rules():
 def test_no_file_grows_past_its_line_limit():
     over = long_files(REPO)
     assert len(list((REPO / "upwell").rglob("*.py"))) > 50  # the count saw the tree
-    assert set(over) - KNOWN_LONG == set(), f"over {MAX_LINES} lines (agent.py: 200): {over}"
-    assert KNOWN_LONG - set(over) == set(), "now within the limit: remove from KNOWN_LONG"
+    assert over == {}, f"over {MAX_LINES} lines (agent.py: 200): {over}"
 
 
 @pytest.fixture()
@@ -263,12 +245,6 @@ def test_a_type_checking_import_makes_no_circle(tree):
     _plant(tree, "upwell/names.py",
            "import typing\nif typing.TYPE_CHECKING:\n    def f():\n        from upwell import ledger")
     assert check(tree) == []
-
-
-def test_a_known_circle_that_is_gone_must_leave_the_list(tree):
-    stale = frozenset({"upwell.names", "upwell.errors"})
-    assert check(tree, [*KNOWN_CIRCLES, stale]) == [
-        "upwell.errors <-> upwell.names: no longer a circle, remove it from KNOWN_CIRCLES"]
 
 
 def test_circles_are_whole_strongly_connected_sets():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from upwell import names
-from upwell.ingest.ingestor import MANIFEST_NAMES, check_name, is_manifest, is_manifest_input, job_id_for
+from upwell.ingest.blobnames import MANIFEST_NAMES, check_name, is_manifest, is_manifest_input, job_id_for
 from upwell.storage import Storage
 
 SKIP = {".DS_Store", "Thumbs.db"}
@@ -64,9 +64,10 @@ def check(storage: Storage | None, paths: list[Path], prefix: str = "", settings
         if is_manifest(name):
             plans.append(_plan(storage, local, name, uploading, settings))
         elif not is_manifest_input(name) and storage is not None:
-            from upwell.ingest.ingestor import Ingestor
+            from upwell.ingest.rulematch import match_rule
+            from upwell.payloads.registry import Registry
 
-            Ingestor(storage, settings).match_rule(name)
+            match_rule(storage, Registry(storage, settings.registry_allowlist), name)
     return plans
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from upwell import logs, names
 from upwell.errors import Conflict, NotFound, UpwellError
-from upwell.ingest.ingestor import ERROR_SUFFIX
+from upwell.ingest.quarantine import ERROR_SUFFIX
 from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger
 from upwell.storage import Storage, split_path
 from upwell.timeutil import parse_iso

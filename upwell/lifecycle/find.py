@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from upwell import names
 from upwell.errors import UpwellError
-from upwell.ingest.ingestor import MANIFEST_NAMES, job_id_for
+from upwell.ingest.blobnames import MANIFEST_NAMES, job_id_for
 from upwell.ledger import JobRow, Ledger
 from upwell.storage import Storage
 

@@ -46,7 +46,9 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from upwell import logs, names
 from upwell.errors import NotFound, RedriveExhausted
-from upwell.ingest.ingestor import Ingestor, is_manifest, is_manifest_input, job_id_for
+from upwell.ingest.blobnames import is_manifest, is_manifest_input, job_id_for
+from upwell.ingest.ingestor import Ingestor
+from upwell.ingest.quarantine import quarantine
 from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobState, Ledger
 from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
 from upwell.ops.changefeed import CONTAINER as CHANGEFEED
@@ -261,7 +263,7 @@ class Reconciler:
             if tries < self.settings.reconcile_max_redrives:
                 self._act(result, Action(kind, target, "failed", f"try {tries}: {error}"))
                 return False
-            self._quarantine(ingestor, name, etag, tries, error)
+            self._quarantine(name, etag, tries, error)
             redrives.pop(key, None)
             self._act(result, Action(kind, target, "quarantined", f"RedriveExhausted after {tries} tries: {error}"))
             return True
@@ -269,10 +271,10 @@ class Reconciler:
         self._act(result, Action(kind, target, "redriven", f"{outcome.status} {outcome.job_id}".strip()))
         return True
 
-    def _quarantine(self, ingestor: Ingestor, name: str, etag: str, tries: int, error: str) -> None:
+    def _quarantine(self, name: str, etag: str, tries: int, error: str) -> None:
         exc = RedriveExhausted(f"incoming/{name[:200]} failed {tries} re-drives by the reconciler; last error: "
                                f"{error}", field="redrive", limit=f"max_redrives={tries}", source=f"incoming/{name}")
-        ingestor.quarantine(job_id_for(name, etag), name, etag, exc)
+        quarantine(self.storage, self.ledger, job_id_for(name, etag), name, etag, exc)
 
     # -- results/ ----------------------------------------------------------------------------------
 

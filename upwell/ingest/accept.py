@@ -1,0 +1,139 @@
+"""Accepting a job: its ledger row, the price estimate and budget checks, its shard rows, one work item per
+shard on the pool's queue.
+
+Every check (pool, shard count, budgets, message size) runs before any effect; a job row left by an earlier
+delivery, or by the wait for data, becomes the job.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from upwell import names
+from upwell.errors import InputRejected
+from upwell.ingest import manifests
+from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.messages import WorkItem, encode
+from upwell.settings import Settings
+from upwell.storage import Storage
+from upwell.timeutil import now_iso
+
+
+class JobAcceptor:
+    """Writes an accepted job to the ledger and its queue. Keeps handles to storage, settings and the ledger."""
+
+    def __init__(self, storage: Storage, settings: Settings, ledger: Ledger):
+        self.storage = storage
+        self.settings = settings
+        self.ledger = ledger
+
+    def check_pool(self, pool: str, field: str) -> None:
+        """Refuse a pool that is not configured."""
+        if pool not in self.settings.pools:
+            raise InputRejected(f"pool {pool!r} is not configured; pools: {sorted(self.settings.pools)}",
+                                field=field)
+
+    def job_row(self, job_id, name, props, m: manifests.Manifest, pool: str, mhash: str, spec) -> dict[str, Any]:
+        """The job row's fields before its shards are known (status "ingesting")."""
+        from upwell.cost.wallclock import tighter
+
+        pspec = self.settings.pools[pool]
+        d = spec.definition
+        return {"job_id": job_id, "name": m.name or name, "description": m.description, "status": "ingesting",
+                "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
+                "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}",
+                "source_etag": props.etag, "owner": m.owner or _uploader(props) or "unknown",
+                "project": m.project or self.settings.project, "gpus": m.resources.gpus,
+                "max_wall_clock_s": tighter(m.max_wall_clock_s, pspec.max_wall_clock_s),
+                "max_shard_wall_clock_s": tighter(m.max_shard_wall_clock_s, pspec.max_shard_wall_clock_s),
+                "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
+                "price_key": pspec.price_key, "estimate_node_seconds_per_shard": m.estimate.node_seconds_per_shard,
+                "ranks": m.resources.ranks, "max_concurrency": m.max_concurrency,
+                "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
+                "code_version": self.settings.code_version}
+
+    def accept(self, job: dict, shards: list[tuple], spec, resources, bound,
+               history: Future | None = None) -> int:
+        """Check, record and enqueue the job's ``shards``; returns how many were enqueued. ``history``: the
+        node time learned from earlier results, already asked for (else read here)."""
+        job_id = job["job_id"]
+        if not shards:
+            raise InputRejected("the job has no shards", field="grid")
+        if len(shards) > self.settings.max_shards:
+            raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
+                                field="shard", limit=f"max_shards={self.settings.max_shards}")
+        est_usd = self._priced(job, shards, resources, history.result() if history is not None else None)
+        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,
+                          payload_version=spec.definition.version, payload_sha256=spec.sha256,
+                          input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
+                          result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
+                          gpus=resources.gpus) for sid, params, blob, _ in shards]
+        texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
+        self._record(job, shards)
+        self._enqueue(names.work_queue(job["pool"]), texts)
+        self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
+        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
+                   estimate_usd=round(est_usd, 4))
+        return len(items)
+
+    def history(self, job: dict):
+        """Node time learned from earlier results of the job's payload on its pool (upwell.cost.forecast)."""
+        from upwell.cost import forecast as est
+
+        return est.learn(self.ledger, job["payload"], job["pool"])
+
+    def _priced(self, job: dict, shards: list[tuple], resources, history) -> float:
+        """Put the estimate on the job row and check it against the budgets and the job's own; the USD."""
+        est = self._estimate(job, [params for _, params, _, _ in shards], resources, history)
+        est_ns, est_usd = est.node_seconds, est.usd
+        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
+                   node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+        from upwell.cost.budgets import check_budgets
+
+        check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
+        if job["budget_usd"] is not None and est_usd > job["budget_usd"]:
+            raise InputRejected(f"estimated cost ${est_usd:.2f} ({est_ns:.0f} node-seconds on {job['price_key']}) "
+                                f"exceeds the budget ${job['budget_usd']:.2f}", field="budget_usd",
+                                limit=f"budget_usd={job['budget_usd']}")
+        return est_usd
+
+    def _estimate(self, job: dict, points: list[dict], resources, history=None):
+        """Priced on the pool that runs it, node time learned from earlier results (``history``)."""
+        from upwell.cost import forecast as est
+
+        history = history if history is not None else self.history(job)
+        return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
+                            price_key=job["price_key"], spot_allowed=bool(job["spot"]),
+                            pool_spot_share=self.settings.pools[job["pool"]].spot_share,
+                            ranks=resources.ranks, gpus=resources.gpus)
+
+    def _record(self, job: dict, shards: list[tuple]) -> None:
+        """The job row (created, or the earlier one brought up to date) and one queued row per shard."""
+        job_id = job["job_id"]
+        _, created = self.ledger.create_job(JobRow.from_entity(job))
+        if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
+            fields = {k: v for k, v in job.items() if k not in ("status", "job_id")}
+            self.ledger.update_job(job_id, **fields, message="")
+        now = now_iso()
+        self.ledger.add_shards(job_id, [
+            ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
+                     params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                     result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
+            for sid, params, blob, digest in shards])
+
+    def _enqueue(self, queue: str, texts: list[str]) -> None:
+        if len(texts) < 4:
+            for text in texts:
+                self.storage.send(queue, text)
+        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
+            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+                for _ in pool.map(lambda text: self.storage.send(queue, text), texts):
+                    pass
+
+
+def _uploader(props) -> str:
+    """Who uploaded, where the upload says: blob metadata ``uploaded_by`` (upwell submit sets it)."""
+    meta = getattr(props, "metadata", None) or {}
+    return str(meta.get("uploaded_by") or meta.get("upwell_owner") or "")[:200]
