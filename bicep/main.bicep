@@ -234,7 +234,7 @@ var tags = {
   environment: empty(environmentTag) ? environmentName : environmentTag
   expiry: expiryDate
   'azd-env-name': environmentName
-  // What the janitor reads (upwell/ops/tags.py); the same on what the scaler creates.
+  // What the janitor reads (upwell/cost/tags.py); the same on what the scaler creates.
   'upwell-project': project
   'upwell-owner': owner
   'upwell-expires': expiryDate
