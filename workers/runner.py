@@ -40,7 +40,7 @@ from upwell.payloads.definition import Definition, render
 from upwell.payloads.validate import Loaded
 from workers.payload_process import TAIL_BYTES, TICK_S, start, supervise
 from workers.procs import shield_mpiexec
-from workers.workdir import LaunchResult, prepare_workdir
+from workers.workdir import LaunchResult, prepare_workdir, read_json
 
 if TYPE_CHECKING:
     from workers.supervision import NodeClock
@@ -119,14 +119,6 @@ def _regex_metrics(patterns: dict[str, str], text: str) -> dict[str, Any]:
     return out
 
 
-def _json_metrics(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _status(d: Definition, code: int | None, outcome, kept: int) -> str:
     if outcome.timed_out:
         return "failed"
@@ -193,7 +185,7 @@ def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_pa
 
 def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, str]) -> str:
     """Run the post-steps, collecting metrics into W/out/metrics.json; the failing step's output, or ''."""
-    metrics = _json_metrics(workdir / d.outputs.metrics_json) if d.outputs.metrics_json else {}
+    metrics = read_json(workdir / d.outputs.metrics_json) if d.outputs.metrics_json else {}
     log_text = (workdir / "payload.log").read_text(errors="replace")
     metrics.update(_regex_metrics(d.outputs.metrics_regex, log_text))
     for step in d.outputs.post:
@@ -201,7 +193,7 @@ def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, s
         if code != 0:
             return f"post-step {step.command[0]} exited {code}:\n{text[-TAIL_BYTES:]}"
         if step.metrics_json:
-            metrics.update(_json_metrics(workdir / step.metrics_json))
+            metrics.update(read_json(workdir / step.metrics_json))
         metrics.update(_regex_metrics(step.metrics_regex, text))
     out = workdir / "out"
     for path in _matches(workdir, d.outputs.artifacts):
@@ -218,7 +210,7 @@ def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: 
     artifacts = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "metrics.json")
     log_path = workdir / "payload.log"
     return LaunchResult(
-        status=status, exit_code=code, metrics=_json_metrics(out / "metrics.json") if status == "succeeded" else {},
+        status=status, exit_code=code, metrics=read_json(out / "metrics.json") if status == "succeeded" else {},
         artifacts=artifacts, checkpoint_dir=workdir / "ckpt", checkpoints=checkpoints,
         resumed_from="checkpoint" if resumed else None, stderr_tail=tail, run_s=round(time.monotonic() - started, 3),
         log_path=log_path if log_path.exists() else None, timed_out=timed_out,
