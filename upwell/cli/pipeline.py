@@ -43,7 +43,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         signal.signal(sig, lambda *_: stopping.set())
     died = False
     try:
-        stack.startopen_storage()
+        stack.start_storage()
         owner.claim("up", STATE, ports, http_port)
         where = (f"started, data in {STATE / 'azurite'}" if stack.azurite is not None else
                  "REUSED: an Azurite that upwell did not start here already listens there; its data is wherever "
