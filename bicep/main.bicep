@@ -625,6 +625,15 @@ module rbac 'modules/rbac.bicep' = {
   ]
 }
 
+// The scaler's quota read (compute usages) is a subscription-scope action.
+module subscriptionRoles 'modules/subscription-roles.bicep' = if (enableVmss) {
+  name: 'subscription-roles'
+  params: {
+    functionPrincipalId: identity.outputs.functionPrincipalId
+    functionIdentityName: functionIdentityName
+  }
+}
+
 module eventTopic 'modules/eventtopic.bicep' = {
   name: 'eventtopic'
   scope: rg

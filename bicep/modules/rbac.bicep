@@ -74,6 +74,11 @@ var managedIdentityOperator = 'f1a07417-d97a-45cb-824c-7a7467783830'
 // instances, on the one scale set.
 var virtualMachineContributor = '9980e02c-c2be-4d73-94e8-173b1dc7cf3c'
 
+// Reader: the janitor's scan (upwell/ops/janitor.py) lists disks, NICs, public IPs,
+// VMs with their instance view, scale sets and every resource of the group; read
+// only, on this resource group only.
+var reader = 'acdd72a7-3385-48ef-bd42-f606fba81ae7'
+
 resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' existing = {
   name: storageAccountName
 }
@@ -307,6 +312,59 @@ resource functionAci 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (
   ]
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', aciOperatorRole.name)
+    principalId: functionPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+resource functionGroupReader 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(resourceGroup().id, functionPrincipalId, reader)
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', reader)
+    principalId: functionPrincipalId
+    principalType: 'ServicePrincipal'
+  }
+}
+
+// The janitor's actions when applied (Janitor._act): delete unattached disks, NICs
+// and public IPs; deallocate stopped VMs; scale idle scale sets to 0; delete expired
+// resources of the types it knows (janitor.DELETE_API). No built-in role is narrower
+// than Contributor on the group for this set, so a custom role lists exactly these.
+resource janitorRole 'Microsoft.Authorization/roleDefinitions@2022-04-01' = {
+  name: guid(resourceGroup().id, 'upwell-janitor')
+  properties: {
+    roleName: 'upwell janitor (${resourceGroup().name})'
+    description: 'Delete leaked disks, NICs and IPs, deallocate stopped VMs, scale idle scale sets to 0 and delete expired upwell resources in one resource group.'
+    type: 'CustomRole'
+    assignableScopes: [
+      resourceGroup().id
+    ]
+    permissions: [
+      {
+        actions: [
+          'Microsoft.Compute/disks/delete'
+          'Microsoft.Compute/snapshots/delete'
+          'Microsoft.Compute/virtualMachines/deallocate/action'
+          'Microsoft.Compute/virtualMachines/delete'
+          'Microsoft.Compute/virtualMachineScaleSets/write'
+          'Microsoft.Compute/virtualMachineScaleSets/delete'
+          'Microsoft.Network/networkInterfaces/delete'
+          'Microsoft.Network/publicIPAddresses/delete'
+          'Microsoft.ContainerInstance/containerGroups/delete'
+        ]
+        notActions: []
+      }
+    ]
+  }
+}
+
+resource functionJanitor 'Microsoft.Authorization/roleAssignments@2022-04-01' = {
+  name: guid(resourceGroup().id, functionPrincipalId, 'upwell-janitor')
+  dependsOn: [
+    janitorRole
+  ]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', janitorRole.name)
     principalId: functionPrincipalId
     principalType: 'ServicePrincipal'
   }

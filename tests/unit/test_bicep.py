@@ -143,6 +143,7 @@ BUILT_IN_ROLES = {
     "9980e02c-c2be-4d73-94e8-173b1dc7cf3c": "Virtual Machine Contributor",
     "b86a8fe4-44ce-4948-aee5-eccb2c155cd7": "Key Vault Secrets Officer",
     "a35466a1-cfd6-450a-b35e-683fcdf30363": "Azure Batch Service Orchestration Role",
+    "acdd72a7-3385-48ef-bd42-f606fba81ae7": "Reader",
 }
 
 

@@ -44,7 +44,7 @@ ACTIONS = ("delete", "deallocate", "scale_to_zero", "terminate", "kill", "report
 DEFAULT_ACTIONS = {"unattached_disk": "delete", "unattached_nic": "delete", "unattached_ip": "delete",
                    "stopped_vm": "deallocate", "idle_scale_set": "scale_to_zero", "idle_batch_pool": "scale_to_zero",
                    "orphan_batch_job": "terminate", "expired": "delete", "overdue_job": "kill", "over_budget": "kill"}
-# API versions for deleting an expired resource by id; other types ask the provider for one.
+# API versions for deleting an expired resource by id: the types the janitor's role may delete.
 DELETE_API = {"microsoft.compute/disks": "2024-03-02", "microsoft.compute/snapshots": "2024-03-02",
               "microsoft.compute/virtualmachines": "2024-07-01",
               "microsoft.compute/virtualmachinescalesets": "2024-07-01",
@@ -331,11 +331,9 @@ class Janitor:
         rtype = f"{parts[0]}/{parts[1]}".lower()
         if rtype in DELETE_API:
             return DELETE_API[rtype]
-        provider = self.client("resources").providers.get(parts[0])
-        for rt in provider.resource_types or []:
-            if rt.resource_type.lower() == parts[1].lower() and rt.api_versions:
-                return rt.api_versions[0]
-        raise ConfigError(f"no API version known to delete {rtype}")
+        # The janitor's role (bicep/modules/rbac.bicep, "upwell janitor") may delete only these
+        # types; asking the provider for another type's API version would only lead to a 403.
+        raise ConfigError(f"the janitor deletes only {sorted(DELETE_API)}; {rtype} is reported, not deleted")
 
     def _kill(self, f: Finding) -> str:
         """Mark the job killed (agents drop its remaining shards, so it finishes and is reported as
