@@ -2,9 +2,10 @@
 
 - every SDK call the deployed code makes (roles_scan: an AST scan for methods of the
   installed Azure SDK clients) has a row, and every row names a call the code makes;
-- every role a row names is granted in bicep/: a built-in role by its id in a
+- every identity of a row holds one of its roles in bicep/: a built-in role by its id in a
   roleDefinitionId, a custom role by its roleName in a roleDefinitions resource
-  that a roleAssignment references;
+  that a roleAssignment to that identity (functionPrincipalId, workerPrincipalId,
+  deployerPrincipalId) references;
 - a planted, undocumented call fails the first check.
 
 Action names follow Azure's resource provider operations and the Storage and Batch
@@ -62,21 +63,34 @@ def code_calls() -> set[tuple[str, str]]:
     return {c for c in roles_scan.scan(ROOT, DEPLOYED) if not c[0].startswith(LOCAL_ONLY)}
 
 
-def granted(bicep: str) -> set[str]:
-    """Role names that some roleAssignment in the templates grants."""
-    names = set()
+PRINCIPALS = {"functionPrincipalId": "function", "workerPrincipalId": "worker", "deployerPrincipalId": "deployer"}
+
+
+def granted(bicep: str) -> set[tuple[str, str]]:
+    """(role name, identity) for every roleAssignment in the templates that grants a role the
+    table can name to one of our identities."""
+    by_guid = {g: n for n, g in BUILT_IN.items()}
+    guid_vars = {v: by_guid[g] for v, g in re.findall(r"var (\w+) = '([0-9a-f-]{36})'", bicep) if g in by_guid}
     lists = dict(re.findall(r"var (\w+) = \[(.*?)\]", bicep, re.S))
-    looped = {v for name in re.findall(r"roleAssignments@[^']+' = \[for \w+ in (\w+):", bicep)
-              for v in lists.get(name, "").split()}
-    for name, guid in BUILT_IN.items():
-        var = re.search(rf"var (\w+) = '{guid}'", bicep)
-        if var and (var.group(1) in looped or re.search(rf"roleDefinitionId: .*\b{var.group(1)}\b", bicep)):
-            names.add(name)
-    for symbol, role in re.findall(r"resource (\w+) 'Microsoft\.Authorization/roleDefinitions@[^']+' = .*?"
-                                   r"roleName: '([^'(]+?)\s*\(", bicep, re.S):
-        if re.search(rf"roleDefinitionId: .*\b{symbol}\.(name|id)\b", bicep):
-            names.add(role)
-    return names
+    custom = dict(re.findall(r"resource (\w+) 'Microsoft\.Authorization/roleDefinitions@[^']+' = .*?"
+                             r"roleName: '([^'(]+?)\s*\(", bicep, re.S))
+    out = set()
+    for head, body in re.findall(r"(resource \w+ 'Microsoft\.Authorization/roleAssignments@[^\n]*)\n(.*?)\n\}",
+                                 bicep, re.S):
+        who = re.search(r"principalId: (\w+)", body)
+        ref = re.search(r"roleDefinitionId: (?:subscriptionResourceId\([^,]+, )?(\w+)(\.(?:id|name))?\)?\s*$",
+                        body, re.M)
+        if not who or who.group(1) not in PRINCIPALS or not ref:
+            continue
+        loop = re.search(r"\[for (\w+) in (\w+):", head)
+        if ref.group(2):  # a custom role: its definition's .id or .name
+            roles = {custom.get(ref.group(1), "")}
+        elif loop and ref.group(1) == loop.group(1):
+            roles = {guid_vars.get(v, "") for v in lists.get(loop.group(2), "").split()}
+        else:
+            roles = {guid_vars.get(ref.group(1), "")}
+        out |= {(r, PRINCIPALS[who.group(1)]) for r in roles if r}
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +109,18 @@ def test_every_row_is_a_call_the_code_makes(rows):
 
 
 def test_every_role_in_the_table_is_granted_in_bicep(rows):
+    """Each identity of a row holds at least one of the row's roles (a row such as 'Storage Blob Data
+    Owner (function), Storage Blob Data Contributor (worker)' pairs them), and every role named is
+    granted to some identity of its row."""
     bicep = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "bicep").rglob("*.bicep")))
-    named = set().union(*(role_names(r[3]) for r in rows))
-    assert named, "the role table names no role"
-    assert not named - granted(bicep), f"roles the table names but Bicep never grants: {sorted(named - granted(bicep))}"
+    grants = granted(bicep)
+    assert grants, "no role assignment found in bicep/"
+    for r in rows:
+        roles, who = role_names(r[3]), {w.strip() for w in r[4].split(",")}
+        for identity in who:
+            assert any((role, identity) in grants for role in roles), f"{identity} holds none of {roles}: {r}"
+        for role in roles:
+            assert any((role, identity) in grants for identity in who), f"{role} is granted to none of {who}: {r}"
 
 
 def test_every_row_names_a_permission_and_a_known_identity(rows):
