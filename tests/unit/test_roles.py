@@ -24,6 +24,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import roles_scan
 
+pytestmark = pytest.mark.cloudfaults  # issue 23, acceptance h
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deploy.md"
 DEPLOYED = ("upwell/**/*.py", "workers/**/*.py", "handlers/**/*.py", "function_app.py")
