@@ -170,6 +170,21 @@ def test_contract_janitor_apply_acts_on_tagged_and_leaves_untagged_alone(cloud, 
     assert leak.applied and leak.finding.tags[T.OWNER] == "lead" and leak.finding.tagged
 
 
+def test_contract_janitor_deletes_only_the_types_its_role_allows(cloud, credential, client_kwargs, ledger):
+    """An expired resource of a type outside DELETE_API (the "upwell janitor" role's deletes,
+    bicep/modules/rbac.bicep) is reported as not deleted, with no request to ARM: asking the
+    provider for an API version and deleting would only meet a 403."""
+    from upwell.ops.findings import Finding
+
+    account = f"{RG}/providers/Microsoft.Storage/storageAccounts/oldlogs"
+    finding = Finding("expired", account, "oldlogs", "past upwell-expires", True, tags=OLD)
+    finding.action = "delete"
+    before = len(cloud.requests)
+    [done] = make(cloud, credential, client_kwargs, ledger[0]).apply([finding])
+    assert done.result.startswith("failed: microsoft.storage/storageaccounts is reported, not deleted")
+    assert cloud.requests[before:] == []
+
+
 def test_contract_janitor_policy_file(cloud, credential, client_kwargs, ledger, tmp_path):
     _jobs(cloud, ledger[0], "policy")
     path = tmp_path / "janitor.yaml"

@@ -333,7 +333,7 @@ class Janitor:
             return DELETE_API[rtype]
         # The janitor's role (bicep/modules/rbac.bicep, "upwell janitor") may delete only these
         # types; asking the provider for another type's API version would only lead to a 403.
-        raise ConfigError(f"the janitor deletes only {sorted(DELETE_API)}; {rtype} is reported, not deleted")
+        raise ConfigError(f"{rtype} is reported, not deleted: the janitor's role deletes only {sorted(DELETE_API)}")
 
     def _kill(self, f: Finding) -> str:
         """Mark the job killed (agents drop its remaining shards, so it finishes and is reported as
