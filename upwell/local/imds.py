@@ -33,7 +33,8 @@ from urllib.parse import parse_qs, urlsplit
 
 
 class ImdsStandIn:
-    """One VM's IMDS. ``schedule`` adds an event; ``acks`` lists the EventIds acknowledged, in order;
+    """One VM's IMDS. ``schedule`` adds an event; ``acks`` lists the EventIds acknowledged, in order, and
+    ``acked_at`` when;
     ``polls`` counts the Scheduled Events reads (a test bounds the agent's polling rate with it)."""
 
     def __init__(self, vm_name: str, *, resource_id: str = "", computer_name: str = "") -> None:
@@ -43,11 +44,13 @@ class ImdsStandIn:
             f"Microsoft.Compute/virtualMachines/{vm_name}")
         self.computer_name = computer_name or vm_name
         self.acks: list[str] = []
+        self.acked_at: dict[str, float] = {}  # EventId -> when its acknowledgement arrived (epoch seconds)
         self.polls = 0
         self._events: list[dict[str, Any]] = []
         self._incarnation = 1
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.imds = self  # type: ignore[attr-defined]  # what _Handler answers for
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="imds-stand-in")
 
     @property
@@ -93,49 +96,51 @@ class ImdsStandIn:
                 if event["EventId"] in ids:
                     event.update(EventStatus="Started", NotBefore="")
             self.acks.extend(ids)
+            self.acked_at.update({i: time() for i in ids})
             self._incarnation += 1
 
 
-def _handler(imds: ImdsStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:  # the test's output stays the agent's
-            pass
+class _Handler(BaseHTTPRequestHandler):
+    """Answers for the stand-in that its server carries (``server.imds``)."""
 
-        def do_GET(self) -> None:  # noqa: N802 - the http.server name
-            path = self._checked()
-            if path == "/metadata/instance":
-                self._send(200, imds.instance())
-            elif path == "/metadata/scheduledevents":
-                self._send(200, imds.document())
-            elif path is not None:
-                self._send(404, {"error": "Not found"})
+    def log_message(self, *args: Any) -> None:  # the test's output stays the agent's
+        pass
 
-        def do_POST(self) -> None:  # noqa: N802 - the http.server name
-            path = self._checked()
-            if path == "/metadata/scheduledevents":
-                length = int(self.headers.get("Content-Length") or 0)
-                imds.approve(json.loads(self.rfile.read(length) or b"{}"))
-                self._send(200, {})
-            elif path is not None:
-                self._send(404, {"error": "Not found"})
+    def do_GET(self) -> None:
+        imds: ImdsStandIn = self.server.imds  # type: ignore[attr-defined]
+        path = self._checked()
+        if path == "/metadata/instance":
+            self._send(200, imds.instance())
+        elif path == "/metadata/scheduledevents":
+            self._send(200, imds.document())
+        elif path is not None:
+            self._send(404, {"error": "Not found"})
 
-        def _checked(self) -> str | None:
-            """The path, or None once a 400 went out: IMDS refuses a request without both."""
-            parts = urlsplit(self.path)
-            if self.headers.get("Metadata", "").lower() != "true":
-                self._send(400, {"error": "Bad request. Required metadata header not specified"})
-                return None
-            if not parse_qs(parts.query).get("api-version"):
-                self._send(400, {"error": "Bad request. api-version was not specified in the request."})
-                return None
-            return parts.path.rstrip("/")
+    def do_POST(self) -> None:
+        imds: ImdsStandIn = self.server.imds  # type: ignore[attr-defined]
+        path = self._checked()
+        if path == "/metadata/scheduledevents":
+            length = int(self.headers.get("Content-Length") or 0)
+            imds.approve(json.loads(self.rfile.read(length) or b"{}"))
+            self._send(200, {})
+        elif path is not None:
+            self._send(404, {"error": "Not found"})
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def _checked(self) -> str | None:
+        """The path, or None once a 400 went out: IMDS refuses a request without both."""
+        parts = urlsplit(self.path)
+        if self.headers.get("Metadata", "").lower() != "true":
+            self._send(400, {"error": "Bad request. Required metadata header not specified"})
+            return None
+        if not parse_qs(parts.query).get("api-version"):
+            self._send(400, {"error": "Bad request. api-version was not specified in the request."})
+            return None
+        return parts.path.rstrip("/")
 
-    return Handler
+    def _send(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
