@@ -80,28 +80,36 @@ class EvictionWatcher:
         self._thread = threading.Thread(target=self._watch, daemon=True, name="eviction-watcher")
 
     def start(self) -> EvictionWatcher:
-        self._thread.start()
+        """Poll once before the agent takes any work (an agent restarted on a VM already being evicted stops
+        at once: an acknowledged event stays listed, Started, until the VM goes), then on the thread."""
+        if not self._poll():
+            self._thread.start()
         return self
 
     def _watch(self) -> None:
-        while not self._done.is_set() and not self.stop.is_set():
-            try:
-                self.vm_name = self.vm_name or self.imds.vm_name()
-                ids = evictions(self.imds.scheduled_events(), self.vm_name)
-            except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
-                self.log.warning("agent.imds_unreachable", error=str(exc))
-                ids = []
-            if ids:
-                self.pending = ids
-                self.log.warning("agent.eviction_notice", events=ids, vm=self.vm_name)
-                self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
+        while not self._done.wait(self.poll_s) and not self.stop.is_set():
+            if self._poll():
                 return
-            self._done.wait(self.poll_s)
+
+    def _poll(self) -> bool:
+        """One read of Scheduled Events; on an eviction of this VM, set the stop event and say so."""
+        try:
+            self.vm_name = self.vm_name or self.imds.vm_name()
+            ids = evictions(self.imds.scheduled_events(), self.vm_name)
+        except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
+            self.log.warning("agent.imds_unreachable", error=str(exc))
+            return False
+        if ids:
+            self.pending = ids
+            self.log.warning("agent.eviction_notice", events=ids, vm=self.vm_name)
+            self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
+        return bool(ids)
 
     def finish(self) -> None:
         """After the lease loop returned (every attempt settled): acknowledge the evictions acted on."""
         self._done.set()
-        self._thread.join(timeout=HTTP_TIMEOUT_S * 2 + self.poll_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout=HTTP_TIMEOUT_S * 2 + self.poll_s)
         if not self.pending:
             return
         try:

@@ -62,3 +62,15 @@ def test_the_watcher_stops_the_agent_only_for_its_own_vm(resources, acts):
         watcher.finish()
         assert stop.is_set() is acts
         assert imds.acks == ([event_id] if acts else [])
+
+
+def test_a_watcher_started_on_a_vm_already_being_evicted_stops_before_any_work():
+    """A restarted agent (systemd restarts the VMSS agent) finds the acknowledged event still listed."""
+    stop = threading.Event()
+    with ImdsStandIn("vmss_3") as imds:
+        event_id = imds.schedule("Preempt", ["vmss_3"])
+        Imds(imds.url).acknowledge([event_id])
+        watcher = EvictionWatcher(Imds(imds.url), stop, poll_s=0.2, log=logs.get("upwell.test")).start()
+        assert stop.is_set(), "start() returned before reading Scheduled Events"
+        watcher.finish()
+        assert imds.acks == [event_id, event_id]
