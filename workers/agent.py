@@ -9,7 +9,9 @@ and short-lived copies of job rows (``workers.jobrows``); the queue and the ledg
 
 Slots: up to ``slots`` work items at once (the pool's tasks per node, UPWELL_SLOTS; default 1), each
 with its own lease renewal. SIGTERM/SIGINT preempt every running payload, which checkpoints; its
-message is made visible again at once and a preemption, not a failure, is recorded. SIGUSR1 drains.
+message is made visible again at once and a preemption, not a failure, is recorded. On an Azure node a
+Preempt or Terminate Scheduled Event for this VM does the same (``workers.eviction``), and is acknowledged
+once the loop has returned. SIGUSR1 drains.
 The agent also exits after ``idle_exit_s`` without work.
 """
 
@@ -38,6 +40,7 @@ from upwell.verdict import (
     decide_claim,
     decide_delivery,
 )
+from workers import eviction
 from workers.agent_config import AgentConfig
 from workers.delivery import Hand, gather
 from workers.jobrows import JobRows
@@ -81,7 +84,13 @@ class Agent:
 
     def run(self) -> int:
         """Receive and handle work items until stopped, drained, idle for ``idle_exit_s`` or at ``max_items``."""
-        return self.loop.run(lambda msg: self.handle(msg))
+        watch = eviction.watcher(self.config.eviction_watch, self.config.imds_url, self.stop,
+                                 poll_s=self.config.eviction_poll_s, log=self.log)
+        try:
+            return self.loop.run(lambda msg: self.handle(msg))
+        finally:
+            if watch is not None:  # every attempt has settled: the eviction may be acknowledged
+                watch.finish()
 
     def handle(self, msg) -> str:
         """One message: gather the facts once, decide once, then act; returns what happened (tests, logs)."""

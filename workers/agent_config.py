@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from upwell.settings import env_bool, env_float, env_int
 
 SHARED_MACHINE = "UPWELL_SHARED_MACHINE"  # local nodes share this machine's CPUs (upwell.local.stack sets it)
+EVICTION_WATCH = "UPWELL_EVICTION_WATCH"  # an Azure node: watch Scheduled Events (the Azure pools set it)
+IMDS_URL = "UPWELL_IMDS_URL"  # IMDS's base URL: Azure's by default, the stand-in in tests
+AZURE_IMDS = "http://169.254.169.254"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ class AgentConfig:
     slots: int = 1  # work items run at once (the pool's tasks per node); 1: one after another
     job_row_ttl_s: float = 5.0  # a job row read this recently is reused (workers.jobrows); 0: read every delivery
     shared_machine: bool = False  # local nodes share this machine's CPUs: picks the node clock (workers.supervision)
+    eviction_watch: bool = False  # poll Scheduled Events (workers.eviction): on Azure nodes only
+    imds_url: str = AZURE_IMDS
+    eviction_poll_s: float = 1.0
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
@@ -52,6 +58,8 @@ class AgentConfig:
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0),
                   slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1),
                   job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0),
-                  shared_machine=env_bool(env, SHARED_MACHINE))
+                  shared_machine=env_bool(env, SHARED_MACHINE),
+                  eviction_watch=env_bool(env, EVICTION_WATCH), imds_url=env.get(IMDS_URL) or AZURE_IMDS,
+                  eviction_poll_s=env_float(env, "UPWELL_EVICTION_POLL_S", 1.0, minimum=0.2))
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)

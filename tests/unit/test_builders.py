@@ -122,8 +122,9 @@ def test_vmss_cloud_init_is_valid_yaml_that_runs_the_agent():
     assert "--gpus all" in agent and "UPWELL_NODE_SPOT=1" in agent
     assert "lab.azurecr.io/oauth2/exchange" in agent and "client_id=cid" in agent
     assert agent.rstrip().endswith("lab.azurecr.io/upwell-worker:2 python -m workers.agent --pool cpu")
-    assert "Preempt" in files["/usr/local/bin/upwell-evict-watch"]["content"]
-    assert ["systemctl", "enable", "--now", "upwell-agent.service", "upwell-evict-watch.service"] in doc["runcmd"]
+    # the agent watches Scheduled Events for its own VM (workers.eviction); no shell watcher stops it for any VM's
+    assert "UPWELL_EVICTION_WATCH=1\n" in env and "/usr/local/bin/upwell-evict-watch" not in files
+    assert ["systemctl", "enable", "--now", "upwell-agent.service"] in doc["runcmd"]
     assert base64.b64decode(build_vmss.custom_data(spec(backend="vmss"), False)).decode().startswith("#cloud-config")
 
 

@@ -78,6 +78,11 @@ def agent_command(spec: PoolSpec) -> list[str]:
     return ["python", "-m", "workers.agent", "--pool", spec.name]
 
 
+# What an agent on an Azure VM (a Batch node, a VMSS instance) is told: watch Scheduled Events for its own
+# VM (workers.eviction; IMDS at its default address). ACI container groups are no VMs and get no events.
+AZURE_VM_ENV = {"UPWELL_EVICTION_WATCH": "1"}
+
+
 def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
     """The agent's environment on a node: pool, size, identity-based storage, and options.env."""
     env = {"UPWELL_POOL": spec.name, "UPWELL_VM_SIZE": spec.vm_size}

@@ -71,7 +71,7 @@ def start_task(spec: PoolSpec) -> dict[str, Any]:
     registry = _registry(spec)
     if registry:
         settings["registry"] = registry
-    env = az.agent_env(spec)
+    env = az.agent_env(spec, **az.AZURE_VM_ENV)
     return {
         "commandLine": start_task_command(spec),
         "containerSettings": settings,

@@ -5,10 +5,12 @@ A pool is one Uniform scale set per priority: ``upwell-<pool>`` (Regular) and
 the on-demand price, never evicted for price). Which of them exist follows
 ``spot_share`` (0: regular only, 1: spot only, between: both).
 
-Each VM boots cloud-init that runs the agent container under systemd and a
-Scheduled Events watcher: on Preempt (spot, ~30 s notice) or Terminate
-(scale-in, with the scale set's terminate notification) it stops the agent with
-SIGTERM, so the payload checkpoints and its message is released at once.
+Each VM boots cloud-init that runs the agent container under systemd, told
+(``azure_common.AZURE_VM_ENV``) to watch Scheduled Events itself
+(``workers.eviction``): a Preempt (spot, ~30 s notice) or Terminate (scale-in,
+with the scale set's terminate notification) that names this VM preempts its
+payloads, which checkpoint, and their messages are released at once; events for
+the set's other VMs change nothing.
 
 Options read here: ``image`` (required), ``registry``, ``identity_id`` and
 ``identity_client_id`` (the worker identity: pulls from ACR, reaches storage),
@@ -76,16 +78,6 @@ def _json_field(name: str) -> str:
     return f"python3 -c 'import json,sys; print(json.load(sys.stdin)[\"{name}\"])'"
 
 
-EVICT_WATCH = (
-    "#!/bin/sh\n"
-    "# Scheduled Events: Preempt (spot eviction, ~30 s notice) or Terminate (scale-in) stops the agent\n"
-    "# with SIGTERM so the payload checkpoints and its message goes back on the queue at once.\n"
-    "while true; do\n"
-    f"  EV=$(curl -sf -H Metadata:true '{IMDS}/scheduledevents?api-version=2020-07-01' || true)\n"
-    "  case \"$EV\" in *Preempt*|*Terminate*) systemctl stop upwell-agent.service; sleep 60;; esac\n"
-    "  sleep 5\n"
-    "done\n")
-
 AGENT_UNIT = """[Unit]
 Description=upwell agent
 After=docker.service network-online.target
@@ -102,26 +94,11 @@ RestartSec=10
 WantedBy=multi-user.target
 """
 
-WATCH_UNIT = """[Unit]
-Description=upwell eviction watcher
-After=network-online.target
-
-[Service]
-ExecStart=/usr/local/bin/upwell-evict-watch
-Restart=always
-
-[Install]
-WantedBy=multi-user.target
-"""
-
-
 def cloud_init(spec: PoolSpec, spot: bool) -> str:
     """The #cloud-config document (text) for a VM of this pool."""
-    env = "".join(f"{k}={v}\n" for k, v in sorted(az.agent_env(spec).items()))
+    env = "".join(f"{k}={v}\n" for k, v in sorted(az.agent_env(spec, **az.AZURE_VM_ENV).items()))
     files = [("/etc/upwell/agent.env", "0600", env), ("/usr/local/bin/upwell-agent", "0755", agent_script(spec, spot)),
-             ("/usr/local/bin/upwell-evict-watch", "0755", EVICT_WATCH),
-             ("/etc/systemd/system/upwell-agent.service", "0644", AGENT_UNIT),
-             ("/etc/systemd/system/upwell-evict-watch.service", "0644", WATCH_UNIT)]
+             ("/etc/systemd/system/upwell-agent.service", "0644", AGENT_UNIT)]
     out = ["#cloud-config", "write_files:"]
     for path, mode, content in files:
         out += [f"  - path: {path}", f"    permissions: '{mode}'", "    content: |"]
@@ -129,7 +106,7 @@ def cloud_init(spec: PoolSpec, spot: bool) -> str:
     out += ["runcmd:",
             "  - [sh, -c, 'command -v docker >/dev/null || (apt-get update && apt-get install -y docker.io)']",
             "  - [systemctl, daemon-reload]",
-            "  - [systemctl, enable, --now, upwell-agent.service, upwell-evict-watch.service]"]
+            "  - [systemctl, enable, --now, upwell-agent.service]"]
     return "\n".join(out) + "\n"
 
 

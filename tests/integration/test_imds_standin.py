@@ -1,0 +1,76 @@
+"""The IMDS stand-in (``upwell.local.imds``) answers as Azure documents IMDS, and the agent's IMDS client and
+eviction watcher (``workers.eviction``) read it: the Metadata header and api-version are required, the
+Scheduled Events document has the documented fields, and the StartRequests POST is recorded."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.pipeline_helpers import wait_for
+from upwell import logs
+from upwell.local.imds import ImdsStandIn
+from workers.eviction import EVENTS_API, EvictionWatcher, Imds
+
+FIELDS = {"EventId", "EventType", "ResourceType", "Resources", "EventStatus", "NotBefore", "DurationInSeconds",
+          "EventSource", "Description"}
+
+
+@pytest.mark.parametrize(("path", "headers"), [
+    (f"/metadata/scheduledevents?api-version={EVENTS_API}", {}),
+    ("/metadata/scheduledevents", {"Metadata": "true"}),
+    ("/metadata/instance?api-version=2021-02-01", {"Metadata": "false"}),
+])
+def test_a_request_without_the_metadata_header_or_api_version_is_refused(path, headers):
+    with ImdsStandIn("vm_0") as imds:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(urllib.request.Request(imds.url + path, headers=headers), timeout=5)
+        assert err.value.code == 400 and "Bad request" in json.loads(err.value.read())["error"]
+
+
+def test_the_documented_documents_and_the_acknowledgement():
+    with ImdsStandIn("vmss_3", computer_name="vmss000003") as imds:
+        client = Imds(imds.url + "/")
+        assert client.vm_name() == "vmss_3"
+        assert client._call("instance", "2021-02-01")["osProfile"]["computerName"] == "vmss000003"
+        first = client.scheduled_events()
+        event_id = imds.schedule("Preempt", ["vmss_3"], notice_s=30)
+        doc = client.scheduled_events()
+        assert doc["DocumentIncarnation"] > first["DocumentIncarnation"] and first["Events"] == []
+        (event,) = doc["Events"]
+        assert set(event) == FIELDS and event["EventStatus"] == "Scheduled" and event["NotBefore"].endswith("GMT")
+        client.acknowledge([event_id])
+        assert imds.acks == [event_id]
+        assert client.scheduled_events()["Events"][0]["EventStatus"] == "Started"
+
+
+@pytest.mark.parametrize(("resources", "acts"), [(["vmss_3"], True), (["vmss_4"], False)])
+def test_the_watcher_stops_the_agent_only_for_its_own_vm(resources, acts):
+    stop = threading.Event()
+    with ImdsStandIn("vmss_3") as imds:
+        event_id = imds.schedule("Terminate", resources)
+        watcher = EvictionWatcher(Imds(imds.url), stop, poll_s=0.2, log=logs.get("upwell.test")).start()
+        if acts:
+            assert stop.wait(30), "the watcher did not act on its own VM's event"
+        else:
+            polls = imds.polls  # three more reads of the document with the other VM's event, and no stop
+            wait_for(lambda: imds.polls >= polls + 3, 30, "the watcher to read the events", poll_s=0.05)
+        watcher.finish()
+        assert stop.is_set() is acts
+        assert imds.acks == ([event_id] if acts else [])
+
+
+def test_a_watcher_started_on_a_vm_already_being_evicted_stops_before_any_work():
+    """A restarted agent (systemd restarts the VMSS agent) finds the acknowledged event still listed."""
+    stop = threading.Event()
+    with ImdsStandIn("vmss_3") as imds:
+        event_id = imds.schedule("Preempt", ["vmss_3"])
+        Imds(imds.url).acknowledge([event_id])
+        watcher = EvictionWatcher(Imds(imds.url), stop, poll_s=0.2, log=logs.get("upwell.test")).start()
+        assert stop.is_set(), "start() returned before reading Scheduled Events"
+        watcher.finish()
+        assert imds.acks == [event_id, event_id]

@@ -1,0 +1,127 @@
+"""The eviction watcher: Azure's Scheduled Events, read from inside the node, turned into a preemption.
+
+On an Azure node (Batch or VMSS; the pool's agent environment sets ``UPWELL_EVICTION_WATCH``, see
+``upwell.pools.azure_common.AZURE_NODE_ENV``) the agent polls IMDS ``/metadata/scheduledevents`` every
+``eviction_poll_s`` (bounded below, so the rate is bounded). Scheduled Events go to every VM of an
+availability set or a scale set's placement group, so an event is acted on only when it is a ``Preempt``
+(spot eviction, at least 30 s notice) or a ``Terminate`` (scale-in, delete) AND its ``Resources`` name this
+VM: ``compute.name`` from IMDS instance metadata, the name Scheduled Events use. Then the watcher sets the
+agent's stop event, the same path as SIGTERM (payloads checkpoint, messages go back at once, a preemption is
+recorded, the lease loop takes no more work); ``finish`` acknowledges the event with the documented
+``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every attempt in hand
+settled and its checkpoint is uploaded. Events for other VMs change nothing.
+
+Followed: learn.microsoft.com/azure/virtual-machines/linux/scheduled-events (the document, the event types,
+"Resources", the Metadata header, the StartRequests acknowledgement) and .../instance-metadata-service
+(``/metadata/instance``, ``compute.name``). Locally no watcher runs unless a test turns the setting on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from typing import Any
+
+EVICTING = frozenset({"Preempt", "Terminate"})
+EVENTS_API = "2020-07-01"
+INSTANCE_API = "2021-02-01"
+MIN_POLL_S = 0.2  # the bound on the polling rate (Azure's samples poll about once a second)
+HTTP_TIMEOUT_S = 5.0
+
+
+def evictions(document: dict[str, Any], vm_name: str) -> list[str]:
+    """The EventIds in a Scheduled Events document that evict this VM: Preempt or Terminate events whose
+    Resources name ``vm_name`` (Azure's VM names are case-insensitive). No name, no event concerns us."""
+    if not vm_name:
+        return []
+    me = vm_name.casefold()
+    return [str(e.get("EventId", "")) for e in document.get("Events") or []
+            if e.get("EventType") in EVICTING and me in {str(r).casefold() for r in e.get("Resources") or []}]
+
+
+class Imds:
+    """IMDS at ``base_url`` (Azure's: http://169.254.169.254): every request carries ``Metadata: true``."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base = base_url.rstrip("/")
+
+    def _call(self, path: str, api: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{self.base}/metadata/{path}?api-version={api}", data=data,
+                                     headers={"Metadata": "true", "Content-Type": "application/json"})
+        # the base URL is a setting: IMDS on Azure, the stand-in in tests
+        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+            text = resp.read()
+        return json.loads(text) if text.strip() else {}
+
+    def vm_name(self) -> str:
+        return str(self._call("instance", INSTANCE_API).get("compute", {}).get("name", ""))
+
+    def scheduled_events(self) -> dict[str, Any]:
+        return self._call("scheduledevents", EVENTS_API)
+
+    def acknowledge(self, event_ids: list[str]) -> None:
+        self._call("scheduledevents", EVENTS_API, {"StartRequests": [{"EventId": i} for i in event_ids]})
+
+
+class EvictionWatcher:
+    """Polls Scheduled Events on its own thread until an eviction of this VM or ``finish``.
+
+    State: the IMDS client, the agent's stop event, the VM's name once read, and the EventIds it acted on
+    (acknowledged by ``finish``)."""
+
+    def __init__(self, imds: Imds, stop: threading.Event, *, poll_s: float, log: Any) -> None:
+        self.imds, self.stop, self.log = imds, stop, log
+        self.poll_s = max(MIN_POLL_S, poll_s)
+        self.vm_name = ""
+        self.pending: list[str] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="eviction-watcher")
+
+    def start(self) -> EvictionWatcher:
+        """Poll once before the agent takes any work (an agent restarted on a VM already being evicted stops
+        at once: an acknowledged event stays listed, Started, until the VM goes), then on the thread."""
+        if not self._poll():
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._done.wait(self.poll_s) and not self.stop.is_set():
+            if self._poll():
+                return
+
+    def _poll(self) -> bool:
+        """One read of Scheduled Events; on an eviction of this VM, set the stop event and say so."""
+        try:
+            self.vm_name = self.vm_name or self.imds.vm_name()
+            ids = evictions(self.imds.scheduled_events(), self.vm_name)
+        except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
+            self.log.warning("agent.imds_unreachable", error=str(exc))
+            return False
+        if ids:
+            self.pending = ids
+            self.log.warning("agent.eviction_notice", events=ids, vm=self.vm_name)
+            self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
+        return bool(ids)
+
+    def finish(self) -> None:
+        """After the lease loop returned (every attempt settled): acknowledge the evictions acted on."""
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=HTTP_TIMEOUT_S * 2 + self.poll_s)
+        if not self.pending:
+            return
+        try:
+            self.imds.acknowledge(self.pending)
+            self.log.info("agent.eviction_acknowledged", events=self.pending)
+        except (OSError, ValueError) as exc:  # the platform proceeds at NotBefore anyway
+            self.log.warning("agent.eviction_ack_failed", events=self.pending, error=str(exc))
+
+
+def watcher(enabled: bool, imds_url: str, stop: threading.Event, *, poll_s: float,
+            log: Any) -> EvictionWatcher | None:
+    """A started watcher on an Azure node (the setting on), None elsewhere: local runs poll no IMDS."""
+    if not enabled:
+        return None
+    return EvictionWatcher(Imds(imds_url), stop, poll_s=poll_s, log=log).start()
