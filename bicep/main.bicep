@@ -194,15 +194,19 @@ var tableNames = [
   'scaling'
   'janitor'
 ]
-// Blob-triggered functions (source=EventGrid) and the container each one watches.
+// Blob-triggered functions (source=EventGrid), the container each one watches and the subject
+// suffix its subscription filters on ('' matches every blob). collect wants only the shards'
+// result JSON, not the artifacts a shard writes beside it.
 var blobTriggers = [
   {
     function: 'ingest'
     container: 'incoming'
+    subjectEndsWith: ''
   }
   {
     function: 'collect'
     container: 'results'
+    subjectEndsWith: '.json'
   }
 ]
 // Infrastructure containers the code never names.
