@@ -365,13 +365,14 @@ module keyVault 'modules/keyvault.bicep' = {
 var mpiImage = '${registry.outputs.loginServer}/upwell-mpi:${imageTag}'
 var gpuImage = '${registry.outputs.loginServer}/upwell-gpu:${imageTag}'
 
-// docker options of the agent container per pool: host networking (MPI, IMDS),
-// GPUs for the gpu pool. The images' entrypoint (workers/docker/entrypoint.sh)
+// docker options of the agent container per pool: host networking (MPI, IMDS).
+// No --gpus: on GPU hardware Batch enables the GPUs for container tasks itself
+// ("Run container applications on Azure Batch"). The images' entrypoint (workers/docker/entrypoint.sh)
 // runs a full command line as written, so the start task's command is not
 // appended to the agent (the same holds for upwell.pools.build_batch's pools).
 var cpuRunOptions = '--rm --network host'
 var mpiRunOptions = '--rm --network host --ipc host'
-var gpuRunOptions = '--rm --network host --ipc host --gpus all'
+var gpuRunOptions = '--rm --network host --ipc host'
 
 var cpuBatchPool = {
   id: 'upwell-cpu'

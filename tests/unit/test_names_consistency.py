@@ -152,8 +152,17 @@ def test_agent_environment_matches_the_code(trees):
     spec = PoolSpec("cpu", backend="batch", vm_size="Standard_D4s_v5",
                     options={"identity_client_id": "x", "storage_account": "y", "image": "r.azurecr.io/i"})
     expected = set(azure_common.agent_env(spec))
-    start = trees["bicep/modules/batch.bicep"]["resources"]["batchPools"]["config"]["config"]["properties"]["startTask"]
-    assert {e["name"] for e in start["environmentSettings"]} == expected
+    pool = trees["bicep/modules/batch.bicep"]["resources"]["batchPools"]["config"]["config"]["properties"]
+    start = pool["startTask"]
+    # Batch's start task adds the image's scratch folder (build_batch.start_task) to the common environment.
+    from upwell.pools import build_batch
+    assert {e["name"] for e in build_batch.start_task(spec)["environmentSettings"]} == expected | {"UPWELL_SCRATCH"}
+    assert {e["name"] for e in start["environmentSettings"]} == expected | {"UPWELL_SCRATCH"}
+    # Both run the agent as the image's user (uid/gid), as build_batch.user_account declares it.
+    assert start["userIdentity"] == {"userName": build_batch.AGENT_USER}
+    account = pool["userAccounts"][0]
+    assert account["name"] == build_batch.AGENT_USER
+    assert account["linuxUserConfiguration"] == {"uid": build_batch.IMAGE_UID, "gid": build_batch.IMAGE_GID}
     command = " ".join(azure_common.agent_command(spec)[:-1])
     assert command + " ${p.pool}" in start["commandLine"]
     cloud_init = (ROOT / "bicep" / "modules" / "vmss-cloud-init.yaml").read_text()
