@@ -194,15 +194,19 @@ var tableNames = [
   'scaling'
   'janitor'
 ]
-// Blob-triggered functions (source=EventGrid) and the container each one watches.
+// Blob-triggered functions (source=EventGrid), the container each one watches and the subject
+// suffix its subscription filters on ('' matches every blob). collect wants only the shards'
+// result JSON, not the artifacts a shard writes beside it.
 var blobTriggers = [
   {
     function: 'ingest'
     container: 'incoming'
+    subjectEndsWith: ''
   }
   {
     function: 'collect'
     container: 'results'
+    subjectEndsWith: '.json'
   }
 ]
 // Infrastructure containers the code never names.
@@ -361,13 +365,14 @@ module keyVault 'modules/keyvault.bicep' = {
 var mpiImage = '${registry.outputs.loginServer}/upwell-mpi:${imageTag}'
 var gpuImage = '${registry.outputs.loginServer}/upwell-gpu:${imageTag}'
 
-// docker options of the agent container per pool: host networking (MPI, IMDS),
-// GPUs for the gpu pool. The images' entrypoint (workers/docker/entrypoint.sh)
+// docker options of the agent container per pool: host networking (MPI, IMDS).
+// No --gpus: on GPU hardware Batch enables the GPUs for container tasks itself
+// ("Run container applications on Azure Batch"). The images' entrypoint (workers/docker/entrypoint.sh)
 // runs a full command line as written, so the start task's command is not
 // appended to the agent (the same holds for upwell.pools.build_batch's pools).
 var cpuRunOptions = '--rm --network host'
 var mpiRunOptions = '--rm --network host --ipc host'
-var gpuRunOptions = '--rm --network host --ipc host --gpus all'
+var gpuRunOptions = '--rm --network host --ipc host'
 
 var cpuBatchPool = {
   id: 'upwell-cpu'

@@ -11,6 +11,6 @@ bp = func.Blueprint()
 
 
 @bp.function_name("reconcile")
-@bp.timer_trigger(arg_name="timer", schedule="%UPWELL_RECONCILE_SCHEDULE%", run_on_startup=True, use_monitor=False)
+@bp.timer_trigger(arg_name="timer", schedule="%UPWELL_RECONCILE_SCHEDULE%", run_on_startup=False, use_monitor=False)
 def reconcile(timer: func.TimerRequest) -> None:
     Reconciler(context.storage(), context.settings()).run()

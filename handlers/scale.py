@@ -32,7 +32,7 @@ def nudge() -> None:
 
 
 @bp.function_name("scale")
-@bp.timer_trigger(arg_name="timer", schedule="%UPWELL_SCALE_SCHEDULE%", run_on_startup=True, use_monitor=False)
+@bp.timer_trigger(arg_name="timer", schedule="%UPWELL_SCALE_SCHEDULE%", run_on_startup=False, use_monitor=False)
 def scale(timer: func.TimerRequest) -> None:
     autoscaler().adapt()
     try:

@@ -120,6 +120,19 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
         nodeDeallocationOption: 'TaskCompletion'
       }
     }
+    // The image's user for the start task (userIdentity). The API requires a password; no login uses it,
+    // and it is derived, not random, so that a redeploy sends the same account.
+    userAccounts: [
+      {
+        name: 'upwell'
+        password: '${uniqueString(resourceGroup().id, name, p.id)}-Aa1'
+        elevationLevel: 'NonAdmin'
+        linuxUserConfiguration: {
+          uid: 10001
+          gid: 10001
+        }
+      }
+    ]
     startTask: {
       // Batch says whether the node is dedicated; the agent records spot nodes in results.
       commandLine: '/bin/sh -c \'if [ "$AZ_BATCH_NODE_IS_DEDICATED" = true ]; then export UPWELL_NODE_SPOT=0; else export UPWELL_NODE_SPOT=1; fi; exec python -m workers.agent --pool ${p.pool}\''
@@ -149,6 +162,12 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
           value: 'managedidentity'
         }
         {
+          // The agent watches Scheduled Events for its own VM (workers.eviction): Batch sends a start
+          // task no SIGTERM on a spot eviction or node removal. The same as azure_common.AZURE_VM_ENV.
+          name: 'UPWELL_EVICTION_WATCH'
+          value: '1'
+        }
+        {
           name: 'UPWELL_POOL'
           value: p.pool
         }
@@ -156,12 +175,17 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
           name: 'UPWELL_VM_SIZE'
           value: p.vmSize
         }
-      ]
-      userIdentity: {
-        autoUser: {
-          scope: 'Pool'
-          elevationLevel: 'NonAdmin'
+        {
+          // The image's /scratch (owned by its user, below); the same as upwell.pools.build_batch.
+          name: 'UPWELL_SCRATCH'
+          value: '/scratch'
         }
+      ]
+      // Batch maps the task user's uid/gid into the container ("Run container applications on Azure
+      // Batch"), so the agent runs as the pool's user with the image user's uid/gid (workers/docker:
+      // 10001), which owns /scratch; an autoUser's uid is the node's choice and owns nothing there.
+      userIdentity: {
+        userName: 'upwell'
       }
       maxTaskRetryCount: 3
       // The agent runs for the node's lifetime; the node must not wait for it.

@@ -12,7 +12,7 @@ param functionAppName string
 param storageAccountName string
 param deadLetterContainerName string
 
-@description('Blob triggers: [{ function, container }]; the names must match the code (tests/unit/test_names_consistency.py).')
+@description('Blob triggers: [{ function, container, subjectEndsWith }]; the names must match the code (tests/unit/test_names_consistency.py).')
 param blobTriggers array
 
 resource topic 'Microsoft.EventGrid/systemTopics@2025-02-15' existing = {
@@ -47,6 +47,8 @@ resource subscriptions 'Microsoft.EventGrid/systemTopics/eventSubscriptions@2025
         'Microsoft.Storage.BlobCreated'
       ]
       subjectBeginsWith: '/blobServices/default/containers/${t.container}/'
+      // A suffix match on the subject; '' matches all (Event Grid subscription schema).
+      subjectEndsWith: t.subjectEndsWith
       enableAdvancedFilteringOnArrays: true
     }
     eventDeliverySchema: 'EventGridSchema'

@@ -3,11 +3,15 @@ pipeline for pool creation) against the recording server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+from azure.batch import models as m
 
 from tests.contract.busy import with_busy
 from upwell.errors import PoolError, PoolErrorKind
-from upwell.pools import make_pool
+from upwell.pools import build_batch, make_pool
 from upwell.pools.base import NodeState, PoolSpec
 
 
@@ -22,6 +26,7 @@ def A(code, message, status=400, headers=None):  # ARM's error envelope
 def B(code, message, status=409, headers=None):  # Batch's data-plane error
     return status, {"code": code, "message": {"lang": "en-US", "value": message}}, headers or {}
 
+REPO = Path(__file__).resolve().parents[2]
 IDENTITY = "/subscriptions/s1/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/worker"
 ARM_POOL = r"/subscriptions/s1/resourceGroups/rg/providers/Microsoft\.Batch/batchAccounts/acct/pools/upwell-(\w+)"
 
@@ -203,3 +208,45 @@ def test_contract_batch_mpi_pool_has_inter_node_communication(server, credential
     resize = server.calls("POST", r"/pools/upwell-mpi/resize")[0].body
     assert resize["targetDedicatedNodes"] == 2 and resize["targetLowPriorityNodes"] == 0
 
+
+
+def test_contract_batch_container_runs_as_the_image_user_with_writable_scratch_and_no_gpus_flag(
+        server, credential, client_kwargs):
+    """Issue 23, item 7, on the pool the gpu pool's options create (Bicep's run options with a --gpus given).
+
+    "Run container applications on Azure Batch": on Linux Batch maps the task user's uid/gid into the
+    container, and on GPU hardware it enables the GPUs itself ("you shouldn't include the --gpus
+    argument"). So the start task runs as a pool user account with the image user's uid/gid (the owner of
+    /scratch in workers/docker), and no --gpus reaches containerRunOptions. The ARM body is read back
+    through the azure-batch SDK's models: a misspelt field would read as None there. (ARM spells the
+    identity's name ``userName``, the data plane ``username``: that one is asserted on the body.)
+    """
+    server.route("GET", r"/pools/upwell-gpu", R(404, {"code": "PoolNotFound", "message": {"value": "no"}}),
+                 R(200, {**pool_json(), "id": "upwell-gpu"}))
+    server.route("PUT", ARM_POOL, R(200, {"properties": {"provisioningState": "Succeeded"}}))
+    server.route("POST", r"/pools/upwell-gpu/resize", R(202))
+    pool = make_pool(spec(server, name="gpu", gpu=True, container_run_options="--rm --network host --gpus all"),
+                     credential=credential, client_kwargs=client_kwargs)
+    pool.scale_to(1, spot=0)
+    props = server.calls("PUT", ARM_POOL)[0].body["properties"]
+    start, accounts = props["startTask"], props["userAccounts"]
+
+    settings = m.BatchTaskContainerSettings(start["containerSettings"])
+    assert settings.image_name == "upwellacr.azurecr.io/upwell-worker:1"
+    assert "--gpus" not in settings.container_run_options and "--network host" in settings.container_run_options
+
+    assert start["userIdentity"] == {"userName": "upwell"}  # not the autoUser: its uid owns nothing in the image
+    account = m.UserAccount(accounts[0])
+    assert [a["name"] for a in accounts] == ["upwell"] and account.name == "upwell"
+    assert account.password  # required by the API, random, kept nowhere
+    assert account.elevation_level == "NonAdmin"  # not root: the image's user
+    assert (account.linux_user_configuration.uid, account.linux_user_configuration.gid) == (10001, 10001)
+    env = {e.name: e.value for e in m.BatchStartTask(start).environment_settings}
+    assert env["UPWELL_SCRATCH"] == "/scratch"
+
+    # The image's user is that uid/gid and owns /scratch, in every worker image.
+    for dockerfile in (REPO / "workers" / "docker").glob("Dockerfile*"):
+        text = dockerfile.read_text()
+        assert re.search(r"groupadd --gid 10001 upwell && useradd .*--uid 10001 --gid 10001", text), dockerfile
+        assert "chown upwell /scratch" in text and "\nUSER upwell\n" in text, dockerfile
+    assert (build_batch.IMAGE_UID, build_batch.IMAGE_GID) == (10001, 10001)

@@ -123,6 +123,13 @@ def test_subscription_template_is_read_from_events_bicep():
     assert sub.included_event_types == ("Microsoft.Storage.BlobCreated",)
     assert sub.retry_delay(1) == 10 and sub.retry_delay(3) == 60 and sub.retry_delay(30) is None
     assert {400, 401, 403, 413} == NO_RETRY_STATUS
+    # collect's subscription: main.bicep's per-trigger suffix; subjects compare without case (Event Grid's default).
+    results = template.subscription("collect", "results")
+    assert (sub.subject_ends_with, results.subject_ends_with) == ("", ".json")
+    subject = "/blobServices/default/containers/results/blobs/j1/s1"
+    assert results.matches(sub.included_event_types[0], subject + ".json")
+    assert results.matches(sub.included_event_types[0], subject.upper() + ".JSON")
+    assert not results.matches(sub.included_event_types[0], subject + "/out.log")
 
 
 def test_blobs_options_map_to_the_extensions_queue_options():

@@ -74,7 +74,8 @@ def test_batch_pool_body():
     assert start["commandLine"].endswith("exec python -m workers.agent --pool cpu'")
     assert "AZ_BATCH_NODE_IS_DEDICATED" in start["commandLine"]
     assert start["containerSettings"]["containerRunOptions"] == "--rm --network host"
-    assert start["userIdentity"] == {"autoUser": {"scope": "Pool", "elevationLevel": "NonAdmin"}}
+    assert start["userIdentity"] == {"userName": "upwell"}
+    assert props["userAccounts"][0]["linuxUserConfiguration"] == {"uid": 10001, "gid": 10001}
     assert build_batch.pool_path(spec()).endswith("/batchAccounts/ba/pools/upwell-cpu")
     derived = spec(account_name="", account_url="https://labbatch.eastus.batch.azure.com")
     assert build_batch.pool_path(derived).endswith("/batchAccounts/labbatch/pools/upwell-cpu")
@@ -85,8 +86,8 @@ def test_batch_pool_body():
 def test_batch_mpi_gpu_and_no_identity():
     mpi = build_batch.pool_body(spec("mpi"))["properties"]
     assert mpi["interNodeCommunication"] == "Enabled" and mpi["taskSlotsPerNode"] == 1
-    gpu = build_batch.pool_body(spec("gpu", gpu=True))["properties"]
-    assert "--gpus all" in gpu["startTask"]["containerSettings"]["containerRunOptions"]
+    gpu = build_batch.pool_body(spec("gpu", gpu=True, container_run_options="--rm --gpus all --ipc host"))
+    assert gpu["properties"]["startTask"]["containerSettings"]["containerRunOptions"] == "--rm --ipc host"
     bare = build_batch.pool_body(spec(identity_id="", image="worker:local"))
     assert "identity" not in bare
     assert "containerRegistries" not in bare["properties"]["deploymentConfiguration"][

@@ -151,15 +151,27 @@ def test_agent_environment_matches_the_code(trees):
     """Batch start task and scale-set boot script give the agent what upwell.pools gives it."""
     spec = PoolSpec("cpu", backend="batch", vm_size="Standard_D4s_v5",
                     options={"identity_client_id": "x", "storage_account": "y", "image": "r.azurecr.io/i"})
-    expected = set(azure_common.agent_env(spec))
-    start = trees["bicep/modules/batch.bicep"]["resources"]["batchPools"]["config"]["config"]["properties"]["startTask"]
-    assert {e["name"] for e in start["environmentSettings"]} == expected
+    # Both Azure boot paths (Batch, scale set) also turn on the agent's Scheduled Events watcher.
+    expected = set(azure_common.agent_env(spec, **azure_common.AZURE_VM_ENV))
+    assert "UPWELL_EVICTION_WATCH" in expected
+    pool = trees["bicep/modules/batch.bicep"]["resources"]["batchPools"]["config"]["config"]["properties"]
+    start = pool["startTask"]
+    # Batch's start task adds the image's scratch folder (build_batch.start_task) to the common environment.
+    from upwell.pools import build_batch
+    assert {e["name"] for e in build_batch.start_task(spec)["environmentSettings"]} == expected | {"UPWELL_SCRATCH"}
+    assert {e["name"] for e in start["environmentSettings"]} == expected | {"UPWELL_SCRATCH"}
+    # Both run the agent as the image's user (uid/gid), as build_batch.user_account declares it.
+    assert start["userIdentity"] == {"userName": build_batch.AGENT_USER}
+    account = pool["userAccounts"][0]
+    assert account["name"] == build_batch.AGENT_USER
+    assert account["linuxUserConfiguration"] == {"uid": build_batch.IMAGE_UID, "gid": build_batch.IMAGE_GID}
     command = " ".join(azure_common.agent_command(spec)[:-1])
     assert command + " ${p.pool}" in start["commandLine"]
     cloud_init = (ROOT / "bicep" / "modules" / "vmss-cloud-init.yaml").read_text()
     env_file = cloud_init.split("path: /etc/upwell/agent.env", 1)[1].split("- path:", 1)[0]
     assert set(re.findall(r"^\s+([A-Za-z_]+)=", env_file, re.M)) == expected
     assert command + " __POOL__" in cloud_init
+    assert "scheduledevents" not in cloud_init  # no shell watcher that stops the agent for another VM's event
 
 
 # ---------------------------------------------------------------- Event Grid -> blob triggers
@@ -173,6 +185,11 @@ def test_event_subscriptions_cover_the_blob_triggers(trees, main_vars):
     assert events["loop_type"]["detail"]["array_name"] == "blobTriggers"
     assert body["filter"]["includedEventTypes"] == ["Microsoft.Storage.BlobCreated"]
     assert body["filter"]["subjectBeginsWith"] == "/blobServices/default/containers/${t.container}/"
+    # collect's subscription delivers only result JSON, not the artifacts a shard writes (issue 23).
+    assert body["filter"]["subjectEndsWith"] == {"operator": {"type": "property_accessor", "operands": {
+        "operand_1": "t", "operand_2": "subjectEndsWith"}}}
+    suffixes = {t["function"]: t["subjectEndsWith"] for t in main_vars["blobTriggers"]}
+    assert suffixes == {"ingest": "", "collect": ".json"}
     url = body["destination"]["properties"]["endpointUrl"]
     assert "/runtime/webhooks/blobs?functionName=Host.Functions.${t.function}&code=" in url
 

@@ -9,14 +9,16 @@ Options read here (``UPWELL_POOLS.<pool>.options``): ``image`` (required),
 the image and reaches storage), ``identity_client_id``, ``storage_account``,
 ``env``, ``subnet_id``, ``pool_id`` (default ``upwell-<pool>``),
 ``image_reference`` ({publisher, offer, sku, version}), ``node_agent_sku``,
-``container_run_options``, ``gpu`` (bool), ``mpi`` (bool: inter-node
-communication, one task slot per node), ``resize_timeout_min``; for creating
+``container_run_options`` (``--gpus`` is dropped: Batch adds the GPUs itself),
+``image_uid``/``image_gid`` (the image's user, default 10001: workers/docker), ``mpi``
+(bool: inter-node communication, one task slot per node), ``resize_timeout_min``; for creating
 the pool: ``subscription_id``, ``resource_group`` and ``account_name`` (default:
 from ``account_url``).
 """
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from datetime import timedelta
 from typing import Any
@@ -31,6 +33,14 @@ POOL_API_VERSION = "2024-07-01"  # Microsoft.Batch ARM API for batchAccounts/poo
 DEFAULT_IMAGE_REFERENCE = {"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2204", "version": "latest"}
 DEFAULT_NODE_AGENT = "batch.node.ubuntu 22.04"
 DEALLOCATION = "taskcompletion"  # scale-in waits for running tasks; never requeues or kills them
+# The worker images' user (workers/docker/Dockerfile.*: uid 10001, owner of /scratch). On Linux Batch runs a
+# container task as the task's user, mapping its uid/gid into the container ("Run container applications on
+# Azure Batch": "Batch will map the user/group permission to the container"); the pool's autoUser has a uid of
+# the node's choosing, which does not own /scratch. So the pool declares a named user account with the image
+# user's uid/gid (ARM UserAccount.linuxUserConfiguration) and the start task runs as it (userIdentity.userName).
+AGENT_USER = "upwell"
+IMAGE_UID = IMAGE_GID = 10001
+SCRATCH = "/scratch"
 
 
 def pool_id(spec: PoolSpec) -> str:
@@ -42,9 +52,29 @@ def is_mpi(spec: PoolSpec) -> bool:
 
 
 def run_options(spec: PoolSpec) -> str:
-    """docker run options for the agent: host networking (MPI, IMDS), GPUs when asked."""
-    default = "--rm --network host" + (" --gpus all" if spec.options.get("gpu") else "")
-    return str(spec.options.get("container_run_options") or default)
+    """docker run options for the agent: host networking (MPI, IMDS). Never ``--gpus``: on GPU hardware
+    "Batch will automatically enable GPU for container tasks, so you shouldn't include the --gpus
+    argument" (Run container applications on Azure Batch); a given option's ``--gpus`` is dropped."""
+    words = shlex.split(str(spec.options.get("container_run_options") or "--rm --network host"))
+    kept, skip = [], False
+    for word in words:
+        if skip or word.startswith("--gpus="):
+            skip = False
+            continue
+        if word == "--gpus":
+            skip = True  # and its value
+            continue
+        kept.append(word)
+    return shlex.join(kept)
+
+
+def user_account(spec: PoolSpec) -> dict[str, Any]:
+    """ARM UserAccount for the image's user. The password is required by the API and never used (no
+    login is configured): a fresh random one, kept nowhere."""
+    uid = int(spec.options.get("image_uid", IMAGE_UID))
+    gid = int(spec.options.get("image_gid", spec.options.get("image_uid", IMAGE_GID)))
+    return {"name": AGENT_USER, "password": secrets.token_urlsafe(24) + "-Aa1", "elevationLevel": "NonAdmin",
+            "linuxUserConfiguration": {"uid": uid, "gid": gid}}
 
 
 def start_task_command(spec: PoolSpec) -> str:
@@ -71,12 +101,12 @@ def start_task(spec: PoolSpec) -> dict[str, Any]:
     registry = _registry(spec)
     if registry:
         settings["registry"] = registry
-    env = az.agent_env(spec, **az.AZURE_VM_ENV)
+    env = az.agent_env(spec, **az.AZURE_VM_ENV, UPWELL_SCRATCH=SCRATCH)  # the image's /scratch, writable by its user
     return {
         "commandLine": start_task_command(spec),
         "containerSettings": settings,
         "environmentSettings": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "userIdentity": {"autoUser": {"scope": "Pool", "elevationLevel": "NonAdmin"}},
+        "userIdentity": {"userName": AGENT_USER},  # the image's user (user_account): /scratch is its own
         "maxTaskRetryCount": 3,
         "waitForSuccess": False,
     }
@@ -103,6 +133,7 @@ def pool_body(spec: PoolSpec) -> dict[str, Any]:
         "taskSlotsPerNode": 1 if is_mpi(spec) else max(spec.tasks_per_node, 1),
         "taskSchedulingPolicy": {"nodeFillType": "Pack"},
         "startTask": start_task(spec),
+        "userAccounts": [user_account(spec)],
         "metadata": ops_tags.metadata(az.tags(spec)),
         # Batch copies these onto the VMs, disks and NICs it makes (user-subscription accounts).
         "resourceTags": az.tags(spec),

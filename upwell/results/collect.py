@@ -60,6 +60,13 @@ def _shard_seen(doc: dict, job_id: str, shard_id: str) -> ShardRow | None:
     return ShardRow(job_id=job_id, shard_id=shard_id, status=status, etag=seen["etag"])
 
 
+def is_shard_result(name: str) -> bool:
+    """results/<name> is a shard's result (<job>/<shard>.json), not an artifact the shard wrote beside it
+    (<job>/<shard>/<file>). Pure: the trigger asks it before opening storage, so an artifact that still
+    gets an event (a subscription without the suffix filter, a `.json` artifact) costs no storage call."""
+    return RESULT_NAME.match(name) is not None
+
+
 def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:
     """Handle results/<name>. Artifacts (results/<job>/<shard>/<file>) are ignored."""
     m = RESULT_NAME.match(name)
