@@ -1,7 +1,7 @@
 """The eviction watcher: Azure's Scheduled Events, read from inside the node, turned into a preemption.
 
 On an Azure node (Batch or VMSS; the pool's agent environment sets ``UPWELL_EVICTION_WATCH``, see
-``upwell.pools.azure_common.AZURE_NODE_ENV``) the agent polls IMDS ``/metadata/scheduledevents`` every
+``upwell.pools.azure_common.AZURE_VM_ENV``) the agent polls IMDS ``/metadata/scheduledevents`` every
 ``eviction_poll_s`` (bounded below, so the rate is bounded). Scheduled Events go to every VM of an
 availability set or a scale set's placement group, so an event is acted on only when it is a ``Preempt``
 (spot eviction, at least 30 s notice) or a ``Terminate`` (scale-in, delete) AND its ``Resources`` name this
