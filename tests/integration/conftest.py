@@ -1,4 +1,4 @@
-"""Fixtures shared by the integration tests that run real local pools."""
+"""Fixtures shared by the integration tests: the session Azurite as a ready ``Storage``, and real local pools."""
 
 from __future__ import annotations
 
@@ -10,6 +10,17 @@ import pytest
 from upwell import names
 from upwell.pools.base import PoolSpec
 from upwell.pools.process import LocalPool
+from upwell.storage import Storage
+
+
+@pytest.fixture
+def store(storage_env) -> Storage:
+    """The session Azurite with every container, queue and table in place, and no work left in the cpu queue
+    by an earlier test."""
+    s = Storage(storage_env)
+    s.ensure()
+    s.queue(names.work_queue("cpu")).clear_messages()
+    return s
 
 
 @pytest.fixture()

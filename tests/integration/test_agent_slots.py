@@ -14,8 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.pipeline_helpers import ingest_manifest, wait_for
 from upwell import names
 from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
@@ -26,14 +24,6 @@ from workers.agent import Agent, AgentConfig
 from workers.jobrows import JobRows
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def store(storage_env) -> Storage:
-    s = Storage(storage_env)
-    s.ensure()
-    s.queue(names.work_queue("cpu")).clear_messages()
-    return s
 
 
 _ingest = ingest_manifest

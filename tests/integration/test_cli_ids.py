@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from typer.testing import CliRunner
 
 from upwell import logs, names
@@ -19,13 +18,6 @@ runner = CliRunner()
 # Log to pytest's stderr, not to a CliRunner stream that closes after the first command.
 logs.configure()
 LONG = "a-rather-long-folder-name-for-a-sweep-of-the-logistic-map"
-
-
-@pytest.fixture
-def store(storage_env) -> Storage:
-    s = Storage(storage_env)
-    s.ensure()
-    return s
 
 
 def _cli(*args: str):

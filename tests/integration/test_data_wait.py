@@ -4,7 +4,6 @@ once its grace is over."""
 
 from __future__ import annotations
 
-import pytest
 from typer.testing import CliRunner
 
 from upwell import logs, names
@@ -18,13 +17,6 @@ runner = CliRunner()
 logs.configure()
 MANIFEST = b"name: {name}\npayload: channel-stats\ndata: [data/a.csv, data/b.csv]\nshard: {{rows: 2}}\n"
 CSV = b"time,x\n0.1,1\n0.2,2\n0.3,3\n"
-
-
-@pytest.fixture
-def store(storage_env) -> Storage:
-    s = Storage(storage_env)
-    s.ensure()
-    return s
 
 
 def _put(store: Storage, name: str, data: bytes) -> None:

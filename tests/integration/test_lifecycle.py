@@ -10,7 +10,6 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from typer.testing import CliRunner
 
 from tests.pipeline_helpers import ingest_manifest, wait_for
@@ -26,14 +25,6 @@ from workers.agent import Agent, AgentConfig
 runner = CliRunner()
 # Log to pytest's stderr, not to a CliRunner stream that closes after the first command.
 logs.configure()
-
-
-@pytest.fixture
-def store(storage_env) -> Storage:
-    s = Storage(storage_env)
-    s.ensure()
-    s.queue(names.work_queue("cpu")).clear_messages()
-    return s
 
 
 _ingest = ingest_manifest

@@ -17,13 +17,6 @@ runner = CliRunner()
 logs.configure()
 
 
-@pytest.fixture
-def store(storage_env) -> Storage:
-    s = Storage(storage_env)
-    s.ensure()
-    return s
-
-
 def _folder(tmp_path, name: str, manifest: str, data: dict[str, str] | None = None):
     folder = tmp_path / name
     (folder / "data").mkdir(parents=True)
