@@ -32,8 +32,10 @@ class WorkItem:
     result_prefix: str = ""  # "results/<job>/<shard>"
     attempt: int = 1
     trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    ranks: int = 1
+    ranks: int = 1  # MPI ranks in all, over every node (upwell.shape)
     gpus: int = 0
+    nodes: int = 1  # nodes of one allocation (a gang) that the shard runs on
+    oversubscribe: bool = False  # more ranks on a node than its cores was allowed
     payload_version: str = ""  # the definition's version that ingest validated the params against
     payload_sha256: str = ""  # and its content hash: a worker runs exactly that definition
     schema: int = SCHEMA_VERSION

@@ -166,6 +166,7 @@ class JobRow(_Row):
     spot: bool = False
     ranks: int = 0
     gpus: int = 0
+    nodes: int = 1  # nodes of one allocation per shard (upwell.shape)
     max_concurrency: int = 0
     budget_usd: float | None = None
     estimate_node_seconds_per_shard: float = 0.0

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from upwell import shape
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
@@ -50,7 +51,8 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
     """
     loaded = resolve(item, definitions)
     if ranks and loaded.definition.launcher.kind == "mpi":
-        item = dataclasses.replace(item, ranks=int(ranks))
+        item = dataclasses.replace(item, ranks=int(ranks) * max(1, int(item.nodes)))
+    shape.check_cores(shape.of_item(item), node_cores(), where="this node")  # at dispatch, as at submit
     if not loaded.definition.module:
         return run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
                               on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock)
@@ -114,13 +116,23 @@ def build_command(spec: registry.PayloadSpec, item: WorkItem, workdir: Path) -> 
     tail = [render(a, values) for a in spec.command][1:]
     ranks = max(1, int(item.ranks))
     if spec.launcher == "mpi":
-        return [find_mpiexec(), "-n", str(ranks), "--oversubscribe", "--bind-to", "none", sys.executable, *tail]
+        extra = ["--oversubscribe"] if item.oversubscribe else []  # only where the definition allowed it
+        return [find_mpiexec(), "-n", str(ranks), *extra, "--bind-to", "none", sys.executable, *tail]
     if spec.launcher == "torchrun" and ranks > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks),
                 *tail]
     if spec.launcher not in ("python", "torchrun", "mpi"):
         raise InputRejected(f"payload {spec.name!r} has unknown launcher {spec.launcher!r}", field="payload")
     return [sys.executable, *tail]
+
+
+def node_cores() -> int:
+    """The cores of this node that the payload may use: Slurm's count for the allocation where it runs
+    under Slurm, else the CPUs this process may run on."""
+    slurm = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        return int(slurm)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def find_mpiexec() -> str:

@@ -18,7 +18,7 @@ import pytest
 from tests.heat_reference import solve_serial
 from upwell.messages import WorkItem
 from upwell.payloads.models import HeatParams
-from workers.launch import run_payload
+from workers.launch import node_cores, run_payload
 from workers.payloads.heat import Grid, split
 
 # A run long enough (about 22k cheap steps) to be stopped part-way after its first checkpoint.
@@ -32,8 +32,9 @@ def l2_error(nx: int) -> float:
 
 
 def item(params: dict, ranks: int, attempt: int = 1) -> WorkItem:
+    # More ranks than this machine's cores is declared (upwell.shape refuses it otherwise).
     return WorkItem(job_id="job", shard_id="heat", payload="heat-mpi", pool="mpi", params=params, ranks=ranks,
-                    attempt=attempt)
+                    attempt=attempt, oversubscribe=ranks > node_cores())
 
 
 def field(result) -> np.ndarray:

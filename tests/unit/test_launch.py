@@ -113,8 +113,11 @@ def test_stderr_tail_keeps_the_last_4_kib(tmp_path):
 def test_commands_follow_the_launcher():
     item = WorkItem(job_id="j", shard_id="s", payload="heat-mpi", pool="mpi", ranks=4)
     mpi = build_command(registry.get("heat-mpi"), item, launch.Path("/w"))
-    assert mpi[1:6] == ["-n", "4", "--oversubscribe", "--bind-to", "none"] and mpi[0].endswith("mpiexec")
-    assert mpi[6:] == [sys.executable, "-m", "workers.payloads.heat", "--workdir", "/w"]
+    assert mpi[1:5] == ["-n", "4", "--bind-to", "none"] and mpi[0].endswith("mpiexec")  # never oversubscribed unasked
+    allowed = build_command(registry.get("heat-mpi"), launch.dataclasses.replace(item, oversubscribe=True),
+                            launch.Path("/w"))
+    assert allowed[1:6] == ["-n", "4", "--oversubscribe", "--bind-to", "none"]
+    assert mpi[5:] == [sys.executable, "-m", "workers.payloads.heat", "--workdir", "/w"]
     spec = registry.get("train-torch")
     two = build_command(spec, WorkItem(job_id="j", shard_id="s", payload="train-torch", pool="gpu", ranks=2),
                         launch.Path("/w"))

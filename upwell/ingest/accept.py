@@ -64,12 +64,18 @@ class JobAcceptor:
         if len(shards) > self.settings.max_shards:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
+        from upwell import shape
+
+        shape.check_pool(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe),
+                         self.settings.pools[job["pool"]])
+        job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus)
         est_usd = self._priced(job, shards, resources, history.result() if history is not None else None)
         items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,
                           payload_version=spec.definition.version, payload_sha256=spec.sha256,
                           input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
-                          gpus=resources.gpus) for sid, params, blob, _ in shards]
+                          gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe)
+                 for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
         self._record(job, shards)
         self._enqueue(names.work_queue(job["pool"]), texts)

@@ -130,10 +130,20 @@ class Ingestor:
 
     @staticmethod
     def _resources(m: manifests.Manifest, definition) -> manifests.Resources:
-        """The manifest's resources, else the definition's ranks and GPUs."""
-        if "resources" in m.model_fields_set:
-            return m.resources
-        return manifests.Resources(ranks=definition.resources.ranks, gpus=definition.resources.gpus)
+        """The definition's resources, each field the manifest gives instead taken from the manifest;
+        ``ranks_per_node`` resolved into ``ranks`` (upwell.shape)."""
+        from upwell import shape
+
+        d = definition.resources
+        asked = {"ranks": d.ranks, "gpus": d.gpus, "nodes": d.nodes, "ranks_per_node": d.ranks_per_node,
+                 "oversubscribe": d.oversubscribe}
+        given = m.resources.model_fields_set if "resources" in m.model_fields_set else set()
+        if "ranks" in given and "ranks_per_node" not in given:
+            asked["ranks_per_node"] = None  # the manifest's total replaces the definition's per-node count
+        asked.update({k: getattr(m.resources, k) for k in given})
+        s = shape.resolve(nodes=asked["nodes"], ranks=asked["ranks"], ranks_per_node=asked["ranks_per_node"],
+                          oversubscribe=asked["oversubscribe"])
+        return manifests.Resources(ranks=s.ranks, gpus=asked["gpus"], nodes=s.nodes, oversubscribe=s.oversubscribe)
 
     def _wake_waiting(self, data_name: str) -> None:
         """A data blob arrived: ingest again each waiting manifest in the folder that holds its data/."""

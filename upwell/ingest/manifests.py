@@ -29,6 +29,9 @@ class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     ranks: int = Field(1, ge=1, le=1024)
     gpus: int = Field(0, ge=0, le=16)
+    nodes: int = Field(1, ge=1, le=64)
+    ranks_per_node: int | None = Field(None, ge=1, le=1024)
+    oversubscribe: bool = False
 
 
 class Estimate(BaseModel):

@@ -79,7 +79,10 @@ class Resources(_Strict):
     cpus: int = Field(1, ge=1, le=512)
     gpus: int = Field(0, ge=0, le=16)
     memory_gb: float = Field(1.0, gt=0, le=4096)
-    ranks: int = Field(1, ge=1, le=1024)
+    ranks: int = Field(1, ge=1, le=1024, description="MPI ranks in all; spread over nodes")
+    nodes: int = Field(1, ge=1, le=64, description="nodes of one allocation the shard runs on (Slurm, Batch)")
+    ranks_per_node: int | None = Field(None, ge=1, le=1024, description="instead of ranks: ranks on each node")
+    oversubscribe: bool = Field(False, description="allow more ranks on a node than it has cores")
 
 
 class InputSpec(_Strict):
