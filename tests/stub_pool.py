@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 from upwell.errors import PoolError
-from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 
 class StubPool(WorkerPool):
@@ -30,7 +30,7 @@ class StubPool(WorkerPool):
         self._quota = quota or {}
         self._ids = itertools.count(1)
 
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         self.calls.append((n, spot))
         self.busy = set(busy or ())
         if self.fail_next is not None:

@@ -20,7 +20,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_aci as build
 from upwell.pools.azure_errors import pool_error
-from upwell.pools.base import Busy, NodeState, PoolStatus, split
+from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, split
 
 log = logs.get("upwell.pools.aci")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
@@ -57,7 +57,7 @@ class AciPool(az.ArmPool):
             out.append((group, state))
         return out
 
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Ask for n workers, ``spot`` of them spot (default: spec.spot_share)."""
         from azure.core.exceptions import AzureError
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
@@ -70,6 +70,9 @@ class PoolStatus:
 
 
 Busy = Collection[str] | None  # node ids the ledger shows running a shard; None: not known
+# Gang allocations the backlog wants, by their node count k > 1 (k -> how many): shards of k nodes
+# (upwell.shape) run one per allocation of k nodes. Counted within scale_to's n; None or {}: none.
+Gangs = Mapping[int, int] | None
 
 
 class WorkerPool(abc.ABC):
@@ -77,7 +80,9 @@ class WorkerPool(abc.ABC):
 
     The contract, which every backend keeps:
 
-    - ``scale_to(n, spot=, busy=)`` asks for n nodes and returns without waiting for them;
+    - ``scale_to(n, spot=, busy=, gangs=)`` asks for n nodes and returns without waiting for them;
+      ``gangs`` says how many of them the backlog wants as allocations of k nodes each (only the
+      gang backends, Slurm and Batch, ever get any: ingest refuses several nodes elsewhere);
       scale-in removes idle nodes only, never one in ``busy`` (with ``busy=None`` the backend
       cannot tell, so it treats every booted node as busy);
     - ``status(busy=)`` observes the pool now; a node in ``busy`` reads RUNNING;
@@ -120,7 +125,7 @@ class WorkerPool(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Ask for n nodes, ``spot`` of them spot (None: the backend's split). Raises PoolError.
 
         Scale-in removes idle nodes only; it must not kill a running task."""

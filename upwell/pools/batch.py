@@ -26,7 +26,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_batch as build
 from upwell.pools.azure_errors import describe_resize_errors, pool_error
-from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, split
+from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool, split
 
 log = logs.get("upwell.pools.batch")
 
@@ -104,7 +104,7 @@ class BatchPool(WorkerPool):
         log.info("batch.pool_created", pool=self.spec.name, pool_id=self.pool_id)
         return self.client.get_pool(self.pool_id)
 
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Ask for n nodes, ``spot`` of them spot (default: spec.spot_share). Growth resizes;
         shrinking removes chosen idle nodes only."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from upwell import REPO
-from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
+from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
 
 REPO = REPO
 _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process
@@ -94,7 +94,7 @@ class LocalPool(WorkerPool):
         return PoolStatus(self.spec.name, target=alive, nodes=nodes, dedicated=alive)
 
     # -- action ----------------------------------------------------------------------
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Local processes are never spot; ``spot`` is ignored. Only agents that say they are
         idle are drained, so ``busy`` adds nothing here."""
         workers = self._workers()

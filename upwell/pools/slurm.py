@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.pools import build_slurm as build
-from upwell.pools.base import Busy, NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool
 
 log = logs.get("upwell.pools.slurm")
 DRAIN_S = 60.0  # how long a job asked to drain counts as leaving, not alive
@@ -258,7 +258,7 @@ class SlurmPool(WorkerPool):
                           preempted=preempted, message=message)
 
     # -- action ----------------------------------------------------------------------
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Submit agents up to n, or remove pending jobs, then idle agents, down to n; busy ones stay."""
         jobs, nodes = self._observe(busy)
         alive = [j for j in jobs if nodes[j.job_id] in _ALIVE]

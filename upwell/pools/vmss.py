@@ -22,7 +22,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_vmss as build
 from upwell.pools.azure_errors import pool_error
-from upwell.pools.base import Busy, NodeState, PoolStatus, split
+from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, split
 
 log = logs.get("upwell.pools.vmss")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
@@ -43,7 +43,7 @@ class VmssPool(az.ArmPool):
         return ComputeManagementClient
 
     # -- the contract -------------------------------------------------------------------
-    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None) -> None:
+    def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Ask for n VMs, ``spot`` of them spot (default: spec.spot_share)."""
         from azure.core.exceptions import AzureError
 
