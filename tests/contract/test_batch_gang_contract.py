@@ -3,10 +3,11 @@ against the recording server on 127.0.0.1, driven through ``scale_to(n, gangs=..
 
 What is asserted is the requests' shape and order: the gang pool (inter-node communication, one task slot
 a node, the HPC image, no start-task agent); the pool's one job (``onAllTasksComplete`` noaction, made
-once, a 409 JobExists taken as success); the live tasks listed with a filter on state; one multi-instance
-task per wanted gang beyond the live ones (multiInstanceSettings, commands, environment, user identity),
-each read back through the SDK's models (a misspelt field would read as None there); and that nothing ends
-the job before its tasks are added.
+when the list finds none, a 409 JobExists taken as success); the live tasks listed with a filter on state,
+a surplus one that waits for nodes ended (never a running one); one multi-instance task per wanted gang
+beyond the live ones (multiInstanceSettings, commands, environment, user identity), each read back
+through the SDK's models (a misspelt field would read as None there); and that nothing ends the job
+before its tasks are added.
 """
 
 from __future__ import annotations
@@ -50,12 +51,18 @@ def pool_json(dedicated=0, state="steady"):
             "targetLowPriorityNodes": 0, "resizeErrors": []}
 
 
-def routes(server, *, pool=None, tasks=(), job=R(201)):
+NO_JOB = B("JobNotFound", "The specified job does not exist.", 404)
+
+
+def routes(server, *, pool=None, tasks=None, job=R(201)):
+    """The pool; the job (none yet unless ``tasks`` lists its live tasks: [(id, state)])."""
     server.route("GET", r"/pools/upwell-hpc", R(200, pool or pool_json()))
     server.route("POST", r"/pools/upwell-hpc/resize", R(202))
     server.route("POST", r"/jobs", job)
-    server.route("GET", rf"/jobs/{JOB}/tasks", R(200, {"value": [{"id": t, "state": s} for t, s in tasks]}))
+    listed = R(200, {"value": [{"id": t, "state": s} for t, s in tasks or ()]})
+    server.route("GET", rf"/jobs/{JOB}/tasks", *((listed,) if tasks is not None else (NO_JOB, listed)))
     server.route("POST", rf"/jobs/{JOB}/tasks", R(201))
+    server.route("POST", rf"/jobs/{JOB}/tasks/[^/]+/terminate", R(204))
 
 
 def added(server) -> list[m.BatchTaskCreateOptions]:
@@ -106,8 +113,12 @@ def test_contract_gang_job_then_one_multi_instance_task_per_wanted_gang(server, 
     assert task.constraints.max_task_retry_count == 0 and task.required_slots == 1
 
     order = [(r.method, r.path) for r in server.requests if r.method == "POST" or "/tasks" in r.path]
-    assert order == [("POST", "/pools/upwell-hpc/resize"), ("POST", "/jobs"), ("GET", f"/jobs/{JOB}/tasks"),
+    assert order == [("POST", "/pools/upwell-hpc/resize"), ("GET", f"/jobs/{JOB}/tasks"), ("POST", "/jobs"),
                      ("POST", f"/jobs/{JOB}/tasks"), ("POST", f"/jobs/{JOB}/tasks"), ("POST", f"/jobs/{JOB}/tasks")]
+
+    server.route("GET", rf"/jobs/{JOB}/tasks", R(200, {"value": [{"id": t.id, "state": "running"} for t in tasks]}))
+    pool.scale_to(6, gangs={2: 3})  # the job exists now (listed): not created again; nothing missing
+    assert len(server.calls("POST", r"/jobs")) == 1 and len(added(server)) == 3
 
 
 def test_contract_gang_job_is_not_terminated_before_its_tasks_are_added(server, credential, client_kwargs):
@@ -125,22 +136,30 @@ def test_contract_gang_job_is_not_terminated_before_its_tasks_are_added(server, 
     assert added(server)[0].multi_instance_settings.number_of_instances == 4
 
 
-def test_contract_gang_job_exists_is_success_and_live_tasks_are_counted(server, credential, client_kwargs):
+def test_contract_gang_job_made_meanwhile_is_success(server, credential, client_kwargs):
+    """The list finds no job, another scaler makes it before this one does: 409 JobExists is success."""
+    routes(server, job=B("JobExists", "The specified job already exists."))
+    make(server, credential, client_kwargs).scale_to(2, gangs={2: 1})
+    assert len(server.calls("POST", r"/jobs")) == 1
+    assert [t.multi_instance_settings.number_of_instances for t in added(server)] == [2]
+
+
+def test_contract_gang_live_tasks_are_counted_and_waiting_surplus_ended(server, credential, client_kwargs):
     live = [("agent-n2-s0-20261203T0700", "running"), ("agent-n2-s3-20261203T0701", "active"),
+            ("agent-n4-s0-20261203T0702", "running"), ("agent-n4-s1-20261203T0702", "active"),
             ("someone-elses-task", "running")]
-    routes(server, pool=pool_json(dedicated=7), tasks=live, job=B("JobExists", "The specified job already exists."))
-    pool = make(server, credential, client_kwargs)
-    pool.scale_to(7, gangs={2: 3})  # 3 gangs of 2 and one one-node agent; 2 gangs are live
+    routes(server, pool=pool_json(dedicated=7), tasks=live)
+    make(server, credential, client_kwargs).scale_to(7, gangs={2: 3})  # 3 gangs of 2 and a one-node agent
+    assert not server.calls("POST", r"/jobs")  # listed: the job exists
     tasks = added(server)
     got = sorted(TASK_ID.match(t.id).groups() for t in tasks)
     assert got == [("1", "0"), ("2", "1")]  # the one missing gang takes the first free slot
     one = next(t for t in tasks if t.id.startswith("agent-n1-"))
     assert one.multi_instance_settings is None
     assert "UPWELL_GANG_NODES" not in {e.name for e in one.environment_settings}
+    ended = [r.path.split("/")[-2] for r in server.calls("POST", rf"/jobs/{JOB}/tasks/[^/]+/terminate")]
+    assert ended == ["agent-n4-s1-20261203T0702"]  # no 4-node gang wanted: the waiting one ends, never a running one
     assert not server.calls("POST", r"/pools/upwell-hpc/resize")  # already at 7
-
-    pool.scale_to(7, gangs={2: 3})  # the job is known now: not created again
-    assert len(server.calls("POST", r"/jobs")) == 1
 
 
 def test_contract_gang_tasks_wait_for_nodes_while_the_pool_resizes(server, credential, client_kwargs):
@@ -151,6 +170,7 @@ def test_contract_gang_tasks_wait_for_nodes_while_the_pool_resizes(server, crede
 
 
 def test_contract_gang_job_being_deleted_is_a_pool_error(server, credential, client_kwargs):
+    """A 409 that is not JobExists (the job is going away) adds no task to it."""
     routes(server, job=B("JobBeingDeleted", "The specified job has been marked for deletion."))
     with pytest.raises(PoolError) as err:
         make(server, credential, client_kwargs).scale_to(2, gangs={2: 1})

@@ -1,10 +1,11 @@
 """A gang pool's agent tasks on Batch: the pool's one job, made idempotently, and the agent tasks the
 backlog wants, added where missing (the builders and the lease decision: upwell.pools.build_batch_tasks).
 
-``reconcile(want)`` makes the job once per instance (a 409 JobExists is success: another scaler, or an
-earlier run, made it), lists the job's live tasks (active, preparing, running; filtered on state), and adds
-one task for each wanted allocation beyond those live: a k-node agent is a multi-instance task of k. It
-never ends or deletes a task: an agent task ends itself when idle, and a running one holds a work item.
+``reconcile(want)`` lists the job's live tasks (active, preparing, running; filtered on state), ends the
+surplus that still waits for nodes, and adds one task for each wanted allocation beyond those live (a
+k-node agent is a multi-instance task of k), making the job first if the list found none (a 409
+JobExists is success: another scaler made it meanwhile). It never ends a running task: an agent task
+ends itself when idle, and a running one may hold a work item.
 
 State kept: the client, the spec, whether the job is known to exist, the clock (tests pin it).
 """
@@ -23,6 +24,11 @@ from upwell.pools.base import PoolSpec
 log = logs.get("upwell.pools.batch")
 
 
+def _s(value: Any) -> str:
+    """An SDK enum or string as the lower-case native name ("active")."""
+    return str(getattr(value, "value", value) or "").lower()
+
+
 class AgentTasks:
     def __init__(self, client: Any, spec: PoolSpec, *, now: Callable[[], datetime] | None = None):
         self.client, self.spec = client, spec
@@ -31,18 +37,22 @@ class AgentTasks:
         self._now = now or (lambda: datetime.now(UTC))
 
     def reconcile(self, want: dict[int, int]) -> list[str]:
-        """Add the agent tasks ``want`` ({k: count}) lacks beyond the live ones; returns the ids added.
-        Raises the SDK's AzureError (the pool translates it)."""
-        if not want:
+        """Make the live agent tasks match ``want`` ({k: count}): add the missing ones, and end the surplus
+        that still waits for nodes (state active: it never started, so it holds no work item; one that
+        started meanwhile is stopped, and an item it took comes back: released on SIGTERM, else by
+        visibility).
+        A running surplus task is left to end itself when idle. Returns the ids added. Raises the SDK's
+        AzureError (the pool translates it)."""
+        live = self._live()
+        self._end_surplus(live, want)
+        missing = {k: count - len(live.get(k, {})) for k, count in want.items() if count > len(live.get(k, {}))}
+        if not missing:
             return []
         self.ensure_job()
-        live = self._live()
         added = []
-        for k, count in sorted(want.items()):
-            taken = live.get(k, set())
-            free = (s for s in range(count + len(taken)) if s not in taken)
-            for slot in list(free)[:max(count - len(taken), 0)]:
-                added.append(self._add(k, slot))
+        for k, count in sorted(missing.items()):
+            free = (s for s in range(count + len(live.get(k, {}))) if s not in live.get(k, {}))
+            added += [self._add(k, slot) for slot in list(free)[:count]]
         return added
 
     def ensure_job(self) -> None:
@@ -60,15 +70,31 @@ class AgentTasks:
                 raise  # JobBeingDeleted, JobBeingTerminated: not a job to add tasks to
         self._job_ready = True
 
-    def _live(self) -> dict[int, set[int]]:
-        """{k: slots} of the job's live agent tasks."""
-        live: dict[int, set[int]] = {}
-        for task in self.client.list_tasks(self.job_id, filter=tasks.LIVE_STATES_FILTER, select=["id", "state"]):
-            parsed = tasks.parse_task_id(task.id)
-            if parsed:
-                live.setdefault(parsed[0], set()).add(parsed[1])
-        log.debug("batch.agent_tasks", pool=self.spec.name, live={k: len(v) for k, v in live.items()})
+    def _live(self) -> dict[int, dict[int, tuple[str, str]]]:
+        """{k: {slot: (task id, state)}} of the job's live agent tasks; {} while the job does not exist."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        live: dict[int, dict[int, tuple[str, str]]] = {}
+        try:
+            for task in self.client.list_tasks(self.job_id, filter=tasks.LIVE_STATES_FILTER,
+                                               select=["id", "state"]):
+                parsed = tasks.parse_task_id(task.id)
+                if parsed:
+                    live.setdefault(parsed[0], {})[parsed[1]] = (task.id, _s(task.state))
+        except ResourceNotFoundError:
+            self._job_ready = False  # JobNotFound: made before the first task is added
+            return {}
+        self._job_ready = True
         return live
+
+    def _end_surplus(self, live: dict[int, dict[int, tuple[str, str]]], want: dict[int, int]) -> None:
+        for k, slots in live.items():
+            surplus = len(slots) - want.get(k, 0)
+            waiting = sorted((s for s, (_, state) in slots.items() if state == "active"), reverse=True)
+            for slot in waiting[:max(surplus, 0)]:
+                self.client.terminate_task(self.job_id, slots[slot][0])
+                del slots[slot]
+                log.info("batch.agent_task_ended", pool=self.spec.name, task=f"n{k}-s{slot}", reason="not wanted")
 
     def _add(self, k: int, slot: int) -> str:
         from azure.batch import models as m
