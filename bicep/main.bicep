@@ -380,6 +380,7 @@ var cpuBatchPool = {
   vmSize: cpuVmSize
   image: mpiImage
   mpi: false
+  gangs: false
   runOptions: cpuRunOptions
 }
 var mpiBatchPool = {
@@ -388,6 +389,9 @@ var mpiBatchPool = {
   vmSize: mpiVmSize
   image: mpiImage
   mpi: true
+  // Gangs: shards of several nodes run as Batch multi-instance tasks (upwell.pools.build_batch_tasks), so
+  // every agent on this pool is a Batch task and its nodes have no start-task agent.
+  gangs: true
   runOptions: mpiRunOptions
 }
 var gpuBatchPool = {
@@ -396,6 +400,7 @@ var gpuBatchPool = {
   vmSize: gpuVmSize
   image: gpuImage
   mpi: false
+  gangs: false
   runOptions: gpuRunOptions
 }
 
@@ -525,6 +530,7 @@ var mpiPool = {
     pool_id: mpiBatchPool.id
     image: mpiImage
     mpi: true
+    gangs: mpiBatchPool.gangs
     container_run_options: mpiRunOptions
   })
 }
