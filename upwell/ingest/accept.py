@@ -113,7 +113,7 @@ class JobAcceptor:
         return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
                             price_key=job["price_key"], spot_allowed=bool(job["spot"]),
                             pool_spot_share=self.settings.pools[job["pool"]].spot_share,
-                            ranks=resources.ranks, gpus=resources.gpus)
+                            ranks=resources.ranks, gpus=resources.gpus, nodes=resources.nodes)
 
     def _record(self, job: dict, shards: list[tuple]) -> None:
         """The job row (created, or the earlier one brought up to date) and one queued row per shard."""
