@@ -6,6 +6,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from upwell.pools.base import PoolSpec
 from upwell.scale.gangs import Gang, allocations, as_mapping, backlog
@@ -75,3 +77,16 @@ def test_backlog_from_job_rows():
 def test_as_mapping():
     assert as_mapping(()) is None and as_mapping(((2, 0),)) is None
     assert as_mapping(((2, 3), (4, 1))) == {2: 3, 4: 1}
+
+
+@settings(max_examples=60, deadline=None)
+@given(singles=st.integers(0, 40), tpn=st.integers(1, 8),
+       gangs=st.dictionaries(st.integers(2, 8), st.integers(1, 6), max_size=3))
+def test_an_empty_pool_wants_the_nodes_of_every_shard(singles, tpn, gangs):
+    """Uncapped, from empty: ceil(one-node shards / tasks_per_node) + k for each k-node shard, and the
+    allocations are every waiting gang."""
+    spec = replace(SPEC, tasks_per_node=tpn, max_nodes=1000, max_step=1000)
+    g = tuple(Gang(k, queued=m) for k, m in sorted(gangs.items()))
+    d = decide(spec, obs(singles + sum(gangs.values()), gangs=g), PolicyState())
+    want = -(-singles // tpn) + sum(k * m for k, m in gangs.items())
+    assert d.target == want and dict(d.gangs) == gangs

@@ -8,7 +8,9 @@ blended price of the pool x the job's share of a node:
   pool, else the manifest's ``estimate.node_seconds_per_shard``; each is one node's seconds (a
   gang's recorded node-seconds are divided by its nodes when learned);
 - a shard of several nodes (upwell.shape) holds each of them: its node-seconds are ``nodes`` times
-  one node's, so a 2-node shard's estimate is 2 x node-seconds x price x share;
+  one node's, so a 2-node shard's estimate is 2 x node-seconds x price x share (a Batch multi-instance
+  task runs on numberOfInstances compute nodes at once, per Batch's MPI page, each a VM the pool pays for;
+  a Slurm job of ``-N k`` holds k nodes for its whole run);
 - the price is the pool's: its spot share of spot prices (only when the job allows spot) and
   the rest pay-as-you-go, on the pool's price key (a local pool's key too);
 - the share is the shard's CPUs (ranks on one node: ranks per node) or GPUs over the VM's

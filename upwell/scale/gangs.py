@@ -2,8 +2,13 @@
 
 A shard of ``k`` nodes (upwell.shape; k > 1 only on the gang backends, Slurm and Batch) runs as one
 allocation of k whole nodes, so a backlog of 3 two-node shards wants 6 nodes whatever the pool's
-``tasks_per_node``. The policy (upwell.scale.policy) works in task slots (``tasks_per_node`` to a node);
-``in_slots`` weighs each k-node shard as k nodes' worth of slots, so that ceil(slots / tasks_per_node) is the
+``tasks_per_node``. (Followed: Azure Batch's "Use multi-instance tasks to run MPI applications" page: a
+multi-instance task is one primary and numberOfInstances - 1 subtasks, one on each of the compute nodes
+allocated to it; the gang pool runs ``taskSlotsPerNode = 1``. Slurm's ``sbatch -N k`` likewise holds k nodes
+for the whole job.)
+
+The policy (upwell.scale.policy) works in task slots (``tasks_per_node`` to a node); ``in_slots`` weighs each
+k-node shard as k nodes' worth of slots, so that ceil(slots / tasks_per_node) is the
 one-node shards' nodes plus k for each gang shard, and everything else the policy does (drain, activation,
 episodes, budget, quota) sees nodes. ``allocations`` then says how many allocations of k nodes the target
 holds, for ``WorkerPool.scale_to(gangs=)``.
