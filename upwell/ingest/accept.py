@@ -65,9 +65,10 @@ class JobAcceptor:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
         from upwell import shape
+        from upwell.ingest import poolfit
 
-        shape.check_pool(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe),
-                         self.settings.pools[job["pool"]])
+        poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), self.settings.pools,
+                      job["pool"])
         job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus)
         est_usd = self._priced(job, shards, resources, history.result() if history is not None else None)
         items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,

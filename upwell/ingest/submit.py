@@ -3,8 +3,8 @@
 Inside a folder, data files go up before the manifest, so the manifest never
 names a blob that is not there yet. ``check`` refuses, before any upload, what ingest would: among it a
 shape the pool cannot run (upwell.shape: TooManyNodes, GangUnsupported, Oversubscribed), the shape resolved
-as ingest resolves it and checked by the same ``shape.check_pool``; a GangUnsupported names the configured
-pools that can run the shard, or says that none is configured.
+as ingest resolves it and checked as ingest checks it (upwell.ingest.poolfit); a GangUnsupported names the
+configured pools that can run the shard, or says that none is configured.
 """
 
 from __future__ import annotations
@@ -110,45 +110,18 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
 
 def _check_shape(name: str, m, definition, pool: str, settings):
     """The shard's resources as ingest resolves them (the definition's, each field the manifest gives
-    instead), held against the pool by ``shape.check_pool``; its named error, with the upload's name, when
-    the pool cannot run them."""
+    instead), held against the pool as ingest holds them (upwell.ingest.poolfit); its named error, with the
+    upload's name, when the pool cannot run them."""
     from types import SimpleNamespace
 
     from upwell import shape
-    from upwell.ingest import manifests
+    from upwell.ingest import manifests, poolfit
     from upwell.ingest.ingestor import Ingestor
 
     resources = Ingestor._resources(m, definition or SimpleNamespace(resources=manifests.Resources()))
-    asked = shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe)
-    try:
-        shape.check_pool(asked, settings.pools[pool])
-    except shape.GangUnsupported as exc:
-        raise shape.GangUnsupported(f"incoming/{name}: {exc.message}; {gang_pools(asked, settings.pools)}",
-                                    field=exc.field, limit=exc.limit) from None
-    except shape.InputRejected as exc:  # TooManyNodes, Oversubscribed: the same error, naming the upload
-        raise type(exc)(f"incoming/{name}: {exc.message}", field=exc.field, limit=exc.limit) from None
+    poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), settings.pools, pool,
+                  where=f"incoming/{name}")
     return resources
-
-
-def gang_pools(asked, pools: dict) -> str:
-    """Which configured pools can run a shard of ``asked`` (an upwell.shape.Shape) of several nodes: the
-    slurm and batch pools that ``shape.check_pool`` passes, or why none can."""
-    from upwell import shape
-
-    gang = {name: spec for name, spec in sorted(pools.items()) if spec.backend in shape.GANG_BACKENDS}
-    fit = []
-    for name, spec in gang.items():
-        try:
-            shape.check_pool(asked, spec)
-        except shape.InputRejected:
-            continue
-        fit.append(name)
-    if fit:
-        return f"pools that can run it: {', '.join(fit)} (set `pool:` in the manifest)"
-    if gang:
-        return (f"no configured pool can run it: the {'/'.join(shape.GANG_BACKENDS)} pools "
-                f"({', '.join(gang)}) refuse it too")
-    return f"no {' or '.join(shape.GANG_BACKENDS)} pool is configured (UPWELL_POOLS)"
 
 
 def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings,
