@@ -300,4 +300,6 @@ def test_gang_shards_are_counted_in_nodes_and_asked_for_as_allocations(store):
     # 2 waiting (2 more announced, the larger of the two counts) + 1 running, 2 nodes each
     assert d.target == 6 and d.gangs == ((2, 3),), d.reason
     assert asked == [(6, {2: 3})]
+    scaler.adapt()  # the pool holds 6 nodes now, but gangs still wait: the allocations are asked for again
+    assert asked == [(6, {2: 3})] * 2
     queue.delete_queue()

@@ -143,8 +143,9 @@ class Autoscaler:
             log.info("autoscale.concurrent_run_skipped", pool=spec.name, target=decision.target)
             return decision
         message = decision.message
-        # Gangs are asked for on every run: which allocations the target holds changes with the same total.
-        if decision.target != status.alive or decision.target != status.target or decision.gangs:
+        # While a gang waits, ask on every run: which allocations the target holds changes with the same total.
+        waiting = any(g.waiting for g in obs.gangs)
+        if decision.target != status.alive or decision.target != status.target or (decision.gangs and waiting):
             try:
                 pool.scale_to(decision.target, spot=decision.spot, busy=busy,
                               gangs=gang_count.as_mapping(decision.gangs))
