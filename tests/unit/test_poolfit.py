@@ -11,7 +11,7 @@ from upwell.settings import PoolSpec
 VMSS = PoolSpec("cpu", backend="vmss", max_nodes=8, options={"cores_per_node": 4})
 ACI = PoolSpec("aci", backend="aci", max_nodes=8, options={"cores_per_node": 4})
 SLURM = PoolSpec("hpc", backend="slurm", max_nodes=2, options={"cores_per_node": 4})
-BATCH = PoolSpec("big", backend="batch", max_nodes=16, options={"cores_per_node": 120})
+BATCH = PoolSpec("big", backend="batch", max_nodes=16, options={"cores_per_node": 120, "gangs": True})
 
 
 def pools(*specs):
