@@ -86,7 +86,8 @@ def test_wait_follows_the_job_to_its_report(store, azurite, tmp_path, monkeypatc
 VMSS = {"backend": "vmss", "max_nodes": 8, "price_key": "Standard_D4s_v5", "vm_size": "Standard_D4s_v5"}
 ACI = {"backend": "aci", "max_nodes": 8, "price_key": "Standard_D4s_v5", "options": {"cores_per_node": 4}}
 SLURM = {"backend": "slurm", "max_nodes": 2, "options": {"cores_per_node": 4}}
-BATCH = {"backend": "batch", "max_nodes": 16, "price_key": "Standard_HB120rs_v3", "vm_size": "Standard_HB120rs_v3"}
+BATCH = {"backend": "batch", "max_nodes": 16, "price_key": "Standard_HB120rs_v3", "vm_size": "Standard_HB120rs_v3",
+         "options": {"gangs": True}}
 
 
 def _pools(monkeypatch, **pools) -> None:
