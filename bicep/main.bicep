@@ -391,6 +391,7 @@ var cpuBatchPool = {
   vmSize: cpuVmSize
   image: mpiImage
   mpi: false
+  gangs: false
   runOptions: cpuRunOptions
 }
 var mpiBatchPool = {
@@ -399,6 +400,9 @@ var mpiBatchPool = {
   vmSize: mpiVmSize
   image: mpiImage
   mpi: true
+  // Gangs: shards of several nodes run as Batch multi-instance tasks (upwell.pools.build_batch_tasks), so
+  // every agent on this pool is a Batch task and its nodes have no start-task agent.
+  gangs: true
   runOptions: mpiRunOptions
 }
 var gpuBatchPool = {
@@ -407,6 +411,7 @@ var gpuBatchPool = {
   vmSize: gpuVmSize
   image: gpuImage
   mpi: false
+  gangs: false
   runOptions: gpuRunOptions
 }
 
@@ -537,6 +542,7 @@ var mpiPool = {
     pool_id: mpiBatchPool.id
     image: mpiImage
     mpi: true
+    gangs: mpiBatchPool.gangs
     container_run_options: mpiRunOptions
   })
 }

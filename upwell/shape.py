@@ -93,6 +93,11 @@ def check_pool(shape: Shape, spec, field: str = "resources") -> None:
         raise GangUnsupported(
             f"pool {spec.name!r} ({spec.backend}) runs one node per shard; a shard of {shape.nodes} nodes needs "
             f"a pool whose backend is one of {', '.join(GANG_BACKENDS)}", field=f"{field}.nodes")
+    if shape.nodes > 1 and spec.backend == "batch" and not (spec.options or {}).get("gangs"):
+        # Its nodes' one-node agents would defer the shard for ever (upwell.pools.build_batch.is_gang_pool).
+        raise GangUnsupported(
+            f"Batch pool {spec.name!r} has no gangs; a shard of {shape.nodes} nodes needs a Batch pool with "
+            f"options.gangs (multi-instance tasks) or a slurm pool", field=f"{field}.nodes")
     if shape.nodes > spec.max_nodes:
         raise TooManyNodes(f"the shard asks for {shape.nodes} nodes; pool {spec.name!r} has at most "
                            f"{spec.max_nodes} (max_nodes), so it would never start", field=f"{field}.nodes",

@@ -25,7 +25,8 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
              artifacts: dict[str, str] | None = None, error: str = "", stderr_tail: str = "",
              cpu_wait_s: float = 0.0) -> dict:
     """The shard's result document. ``cpu_wait_s``: time the attempt waited for a CPU on a machine that local
-    nodes share; it is not node time (workers.settle.cpu_wait)."""
+    nodes share; it is not node time (workers.settle.cpu_wait). ``timings.node_seconds`` is the attempt's
+    time x the nodes it held (a gang holds ``item.nodes``), which the ledger sums and the cost prices."""
     queued = shard.queued_at or None
     definition = dict(getattr(launch, "definition", None) or {}) or _definition_of(job)
     metrics = dict(getattr(launch, "metrics", None) or {})
@@ -45,7 +46,10 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "started": started,
             "finished": finished,
             "run_s": getattr(launch, "run_s", None),
-            "node_seconds": max(0.0, (seconds_between(started, finished) or 0.0) - cpu_wait_s) if started else 0.0,
+            # Node time: every node of the allocation was held for the attempt (upwell.shape; 1 off a gang).
+            "node_seconds": max(0.0, (seconds_between(started, finished) or 0.0) - cpu_wait_s) * _nodes(item)
+            if started else 0.0,
+            "nodes": _nodes(item),
             "cpu_wait_s": cpu_wait_s,
             "queue_wait_s": seconds_between(queued, shard.first_started_at or started),
             "checkpoints": shard.checkpoints + int(getattr(launch, "checkpoints", 0) or 0),
@@ -72,6 +76,11 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
         "stderr_tail": (stderr_tail or getattr(launch, "stderr_tail", "") or "")[-4000:] if status != "succeeded"
         else "",
     }
+
+
+def _nodes(item: WorkItem) -> int:
+    """Nodes the attempt held: the gang's, else one."""
+    return max(int(getattr(item, "nodes", 1) or 1), 1)
 
 
 def _definition_of(job: JobRow) -> dict:

@@ -152,5 +152,6 @@ def cpu_wait(hand: Hand, result) -> float:
 
 
 def node_seconds(hand: Hand, result) -> float:
-    """The attempt's node time: its wall time less its CPU wait."""
-    return max(0.0, (seconds_between(hand.started, now_iso()) or result.run_s) - cpu_wait(hand, result))
+    """The attempt's node time: its wall time less its CPU wait, times the nodes it held (a gang's)."""
+    nodes = max(int(getattr(hand.item, "nodes", 1) or 1), 1)
+    return max(0.0, (seconds_between(hand.started, now_iso()) or result.run_s) - cpu_wait(hand, result)) * nodes

@@ -3,7 +3,9 @@
 // spot VMs) and one pool per upwell pool. Every pool starts at 0 nodes with
 // autoscale off: upwell's scaler (upwell.pools.batch) resizes them through the
 // Batch data plane. Each node's start task runs the agent container, which
-// pulls work from the pool's queue until the node is taken away. The pool body
+// pulls work from the pool's queue until the node is taken away; on a gang pool
+// (gangs: true) there is no start task: the scaler adds the agents as Batch
+// tasks (multi-instance tasks for shards of several nodes). The pool body
 // mirrors upwell.pools.build_batch.pool_body, which the scaler uses if it ever
 // has to re-create a pool.
 
@@ -14,7 +16,7 @@ param tags object
 param keyVaultId string
 param keyVaultUri string
 
-@description('Pools to create: [{ id, pool, vmSize, image, mpi, runOptions }] (id: the Batch pool id; pool: the upwell pool).')
+@description('Pools to create: [{ id, pool, vmSize, image, mpi, gangs, runOptions }] (id: the Batch pool id; pool: the upwell pool; gangs: agents run as Batch tasks, several-node shards as multi-instance tasks).')
 param pools array
 
 @description('Resource id of the worker identity assigned to every pool.')
@@ -80,7 +82,8 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
   properties: {
     displayName: 'upwell ${p.pool}'
     vmSize: p.vmSize
-    interNodeCommunication: p.mpi ? 'Enabled' : 'Disabled'
+    // Multi-instance tasks need inter-node communication and one task slot per node.
+    interNodeCommunication: (p.mpi || p.gangs) ? 'Enabled' : 'Disabled'
     taskSlotsPerNode: 1
     taskSchedulingPolicy: {
       nodeFillType: 'Pack'
@@ -138,7 +141,9 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
         }
       }
     ]
-    startTask: {
+    // A gang pool's agents are Batch tasks (upwell.pools.build_batch_tasks): no start-task agent, so that
+    // Batch alone hands out each node's one task slot.
+    startTask: p.gangs ? null : {
       // Batch says whether the node is dedicated; the agent records spot nodes in results.
       commandLine: '/bin/sh -c \'if [ "$AZ_BATCH_NODE_IS_DEDICATED" = true ]; then export UPWELL_NODE_SPOT=0; else export UPWELL_NODE_SPOT=1; fi; exec python -m workers.agent --pool ${p.pool}\''
       containerSettings: {

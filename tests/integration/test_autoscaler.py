@@ -266,3 +266,40 @@ def test_concurrent_runs_on_two_instances_act_once(store, local, tmp_path):
     assert len(first_pool.status().nodes) == 3  # the winner scaled for the backlog
     assert decision.target == 3 and second_pool.status().nodes == {}  # the loser decided the same, did not act
     assert _scaler(store, spec, second_pool)._read_state(name)[0] == first._read_state(name)[0]
+
+
+def test_gang_shards_are_counted_in_nodes_and_asked_for_as_allocations(store):
+    """StubPool: this is about the ``gangs`` keyword the autoscaler hands a gang backend (the local pool runs
+    one node per shard). A job of 2-node shards (one running, two queued) and an ingesting job of two more:
+    the nodes come from the job rows (no read per shard), the backlog counts each shard as 2 nodes, and the
+    target's allocations reach scale_to."""
+    ledger, name = Ledger(store), _pool_name()
+    running_id = f"job-{uuid.uuid4().hex[:8]}"
+    ledger.create_job(JobRow(job_id=running_id, status=JobState.RUNNING, pool=name, shards_total=3, nodes=2,
+                             estimate_node_seconds=3 * 2 * 60.0))
+    ledger.add_shards(running_id, [ShardRow(job_id=running_id, shard_id=f"s{i:05d}", pool=name,
+                                            status=ShardState.RUNNING if i == 0 else ShardState.QUEUED,
+                                            node=f"{name}-1" if i == 0 else "") for i in range(3)])
+    ledger.create_job(JobRow(job_id=f"job-{uuid.uuid4().hex[:8]}", status=JobState.INGESTING, pool=name,
+                             shards_total=2, nodes=2))
+    queue = store.queue(names.work_queue(name))
+    queue.create_queue()
+    for _ in range(3):  # the running shard's (leased) and the two waiting
+        queue.send_message("{}")
+    spec = PoolSpec(name, backend="stub", max_nodes=10, max_step=10)
+    pool = StubPool(spec)
+    pool.scale_to(2)  # the running gang's allocation
+    asked = []
+    real = pool.scale_to
+    pool.scale_to = lambda n, **kw: asked.append((n, kw.get("gangs"))) or real(n, **kw)
+    scaler = _scaler(store, spec, pool)
+    obs = scaler.observe(spec, pool.status(), [j for j in ledger.jobs(JobState.RUNNING) if j.pool == name], pool)
+    assert (obs.visible, obs.in_flight) == (2, 1)
+    assert obs.task_s == pytest.approx(60.0)  # ingest's estimate over the shards and over their 2 nodes
+    d = scaler.adapt()[name]
+    # 2 waiting (2 more announced, the larger of the two counts) + 1 running, 2 nodes each
+    assert d.target == 6 and d.gangs == ((2, 3),), d.reason
+    assert asked == [(6, {2: 3})]
+    scaler.adapt()  # the pool holds 6 nodes now, but gangs still wait: the allocations are asked for again
+    assert asked == [(6, {2: 3})] * 2
+    queue.delete_queue()

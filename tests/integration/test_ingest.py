@@ -108,6 +108,21 @@ def test_budget_below_estimate_rejected(store):
     assert out.status == "rejected" and "exceeds the budget" in out.message
 
 
+
+def test_a_gang_on_a_vmss_pool_is_quarantined_naming_the_pools_that_can_run_it(store):
+    """An upload that skipped `upwell submit` (Storage Explorer): ingest refuses it with the same named error."""
+    from upwell.settings import PoolSpec
+
+    pools = {"cpu": PoolSpec("cpu", backend="vmss", max_nodes=8, options={"cores_per_node": 4}),
+             "hpc": PoolSpec("hpc", backend="slurm", max_nodes=2, options={"cores_per_node": 4})}
+    _upload(store, "gang/job.yaml", b"payload: logistic\npool: cpu\nresources: {nodes: 2}\ngrid: {r: [3.1]}\n")
+    out = Ingestor(store, Settings(pools=pools)).ingest("gang/job.yaml")
+    assert out.status == "rejected"
+    err = json.loads(store.read("quarantine/gang/job.yaml.error.json"))
+    assert err["error"] == "GangUnsupported" and err["field"] == "resources.nodes"
+    assert "pools that can run it: hpc" in err["message"]
+    assert _drain(store, "cpu") == []
+
 @pytest.mark.parametrize("name", ["../etc/passwd", "/abs/job.yaml", "a/../b.csv", "ctl\x07.csv", "x" * 1100])
 def test_bad_names_refused(name):
     with pytest.raises(InputRejected) as err:

@@ -79,3 +79,65 @@ def test_wait_follows_the_job_to_its_report(store, azurite, tmp_path, monkeypatc
     assert code == 0, out
     assert "estimate" in out and "uploaded" in out
     assert out.strip().splitlines()[-1].endswith(": succeeded"), out
+
+
+# Cloud pools as UPWELL_POOLS names them: a one-node-per-shard VMSS pool (Standard_D4s_v5: 4 cores), an ACI
+# pool, and the pools that can run gangs; a setting that names a cloud pool is the whole pool set.
+VMSS = {"backend": "vmss", "max_nodes": 8, "price_key": "Standard_D4s_v5", "vm_size": "Standard_D4s_v5"}
+ACI = {"backend": "aci", "max_nodes": 8, "price_key": "Standard_D4s_v5", "options": {"cores_per_node": 4}}
+SLURM = {"backend": "slurm", "max_nodes": 2, "options": {"cores_per_node": 4}}
+BATCH = {"backend": "batch", "max_nodes": 16, "price_key": "Standard_HB120rs_v3", "vm_size": "Standard_HB120rs_v3",
+         "options": {"gangs": True}}
+
+
+def _pools(monkeypatch, **pools) -> None:
+    import json
+
+    monkeypatch.setenv("UPWELL_POOLS", json.dumps(pools))
+
+
+@pytest.mark.parametrize(("pools", "manifest", "expect"), [
+    ({"cpu": VMSS, "aci": ACI, "hpc": SLURM, "big": BATCH}, "pool: cpu\nresources: {nodes: 2}\n",
+     "GangUnsupported: incoming/check/shape/job/job.yaml: pool 'cpu' (vmss) runs one node per shard; a shard of 2 "
+     "nodes needs a pool whose backend is one of slurm, batch; pools that can run it: big, hpc"),
+    ({"cpu": VMSS, "aci": ACI, "hpc": SLURM, "big": BATCH}, "pool: aci\nresources: {nodes: 4}\n",
+     "GangUnsupported: incoming/check/shape/job/job.yaml: pool 'aci' (aci) runs one node per shard; a shard of 4 "
+     "nodes needs a pool whose backend is one of slurm, batch; pools that can run it: big (set `pool:`"),
+    ({"cpu": VMSS, "aci": ACI}, "pool: aci\nresources: {nodes: 2}\n",
+     "; no slurm or batch pool is configured (UPWELL_POOLS)"),
+    ({"cpu": VMSS, "hpc": SLURM}, "pool: cpu\nresources: {nodes: 3}\n",
+     "no configured pool can run it: the slurm/batch pools (hpc) refuse it too"),
+    ({"cpu": VMSS, "hpc": SLURM}, "pool: hpc\nresources: {nodes: 3}\n",
+     "TooManyNodes: incoming/check/shape/job/job.yaml: the shard asks for 3 nodes; pool 'hpc' has at most 2"),
+    ({"cpu": VMSS, "aci": ACI}, "pool: cpu\nresources: {ranks: 6}\n",
+     "Oversubscribed: incoming/check/shape/job/job.yaml: 6 ranks per node but a node of pool 'cpu' has 4 cores"),
+    ({"cpu": VMSS, "aci": ACI}, "pool: aci\nresources: {ranks_per_node: 8}\n",
+     "Oversubscribed: incoming/check/shape/job/job.yaml: 8 ranks per node but a node of pool 'aci' has 4 cores"),
+])
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_shape_the_pool_cannot_run_is_refused_before_any_upload(store, tmp_path, monkeypatch, pools, manifest,
+                                                                    expect, dry_run):
+    """What ingest would refuse (upwell.shape), refused by `upwell submit` and its --dry-run plan with the
+    named error; a GangUnsupported names the configured pools that can run the shard."""
+    _pools(monkeypatch, **pools)
+    folder = _folder(tmp_path, "job", f"payload: logistic\n{manifest}grid: {{r: [3.1, 3.2]}}\n")
+    code, out = _cli("submit", str(folder), "--prefix", "check/shape", *(["--dry-run"] if dry_run else []))
+    assert code == 2, out
+    assert "refused (nothing uploaded)" in out and expect in " ".join(out.split()), out
+    assert _uploaded(store, "check/shape") == []
+
+
+def test_a_shape_the_pool_can_run_is_planned_in_nodes(store, tmp_path, monkeypatch):
+    """Two shards of 2 nodes on the Slurm pool, and 6 ranks on a 4-core VMSS node when oversubscribe is said:
+    both pass; the plan names the nodes and its estimate is 2 x one node's seconds per shard."""
+    _pools(monkeypatch, cpu=VMSS, hpc=SLURM)
+    gang = _folder(tmp_path, "gang", "payload: logistic\npool: hpc\nresources: {nodes: 2, ranks_per_node: 2}\n"
+                   "estimate: {node_seconds_per_shard: 60}\ngrid: {r: [3.1, 3.2]}\n")
+    code, out = _cli("submit", str(gang), "--prefix", "check/fits", "--dry-run")
+    assert code == 0, out
+    assert "on pool hpc, 2 shard(s) of 2 nodes each; estimate 240 node-s" in " ".join(out.split()), out
+    over = _folder(tmp_path, "over", "payload: logistic\npool: cpu\nresources: {ranks: 6, oversubscribe: true}\n"
+                   "grid: {r: [3.1]}\n")
+    code, out = _cli("submit", str(over), "--prefix", "check/fits", "--dry-run")
+    assert code == 0, out
+    assert _uploaded(store, "check/fits") == []

@@ -19,6 +19,8 @@ sys.path.insert(0, str(ROOT / "bicep" / "tools"))
 
 import upwell_iac as iac  # noqa: E402
 
+from upwell.pools import build_batch  # noqa: E402
+
 SKIP_RE = re.compile(r"checkov:skip=([A-Za-z0-9_]+)\s*:?(.*)")
 GUID_RE = re.compile(r"'([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})'")
 
@@ -206,6 +208,7 @@ def test_flex_consumption_function_app(trees):
 
 def test_batch_pools_start_at_zero_without_autoscale(trees):
     batch = trees["bicep/modules/batch.bicep"]["resources"]
+    batch_params = trees["bicep/modules/batch.bicep"]["parameters"]
     account = batch["account"]["config"]["properties"]
     assert account["poolAllocationMode"] == "UserSubscription"
     assert set(account["keyVaultReference"]) == {"id", "url"}
@@ -217,7 +220,15 @@ def test_batch_pools_start_at_zero_without_autoscale(trees):
     vm = props["deploymentConfiguration"]["virtualMachineConfiguration"]
     assert vm["containerConfiguration"]["type"] == "DockerCompatible"
     assert pool["identity"]["type"] == "UserAssigned"
-    assert props["startTask"]["waitForSuccess"] is False
+    # `startTask: p.gangs ? null : {...}`: a gang pool's agents are Batch tasks (upwell.pools.build_batch_tasks)
+    start = props["startTask"]["operator"]["operands"]["operand_2"]["operator"]
+    assert start["type"] == "conditional" and start["operands"]["condition"] == "gangs"
+    assert start["operands"]["true_value"] is None
+    assert start["operands"]["false_value"]["waitForSuccess"] is False
+    assert props["taskSlotsPerNode"] == 1 and "gangs" in str(props["interNodeCommunication"])
+    assert batch_params["imageReference"]["default"]["offer"] in build_batch.HPC_OFFERS  # IB drivers, HPC-X
+    main = trees["bicep/main.bicep"]["variables"]
+    assert main["mpiBatchPool"]["value"]["gangs"] is True and main["cpuBatchPool"]["value"]["gangs"] is False
     keyvault = trees["bicep/modules/keyvault.bicep"]["resources"]["vault"]["config"]["properties"]
     assert keyvault["enableRbacAuthorization"] is True and keyvault["enablePurgeProtection"] is True
 

@@ -155,7 +155,8 @@ def test_agent_environment_matches_the_code(trees):
     expected = set(azure_common.agent_env(spec, **azure_common.AZURE_VM_ENV))
     assert "UPWELL_EVICTION_WATCH" in expected
     pool = trees["bicep/modules/batch.bicep"]["resources"]["batchPools"]["config"]["config"]["properties"]
-    start = pool["startTask"]
+    # `startTask: p.gangs ? null : {...}`: a gang pool's agents are Batch tasks (upwell.pools.build_batch_tasks)
+    start = pool["startTask"]["operator"]["operands"]["operand_2"]["operator"]["operands"]["false_value"]
     # Batch's start task adds the image's scratch folder (build_batch.start_task) to the common environment.
     from upwell.pools import build_batch
     assert {e["name"] for e in build_batch.start_task(spec)["environmentSettings"]} == expected | {"UPWELL_SCRATCH"}

@@ -47,6 +47,12 @@ def test_backends_without_gangs_refuse_several_nodes_and_say_which_can(backend):
     shape.check_pool(shape.Shape(1, 2), pool(backend=backend, max_nodes=8, cores_per_node=8))
 
 
+def test_a_batch_pool_runs_several_nodes_only_with_gangs():
+    with pytest.raises(shape.GangUnsupported, match="options.gangs"):
+        shape.check_pool(shape.Shape(2, 2), pool(backend="batch", max_nodes=8, cores_per_node=8))
+    shape.check_pool(shape.Shape(2, 2), pool(backend="batch", max_nodes=8, cores_per_node=8, gangs=True))
+
+
 def test_oversubscription_is_refused_unless_asked_for():
     spec = pool(cores_per_node=4)
     with pytest.raises(shape.Oversubscribed, match="5 ranks per node but a node of pool 'mpi' has 4 cores"):

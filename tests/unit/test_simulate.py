@@ -48,7 +48,7 @@ def test_every_task_completes_and_the_pool_empties(name):
 def test_expand_shapes():
     assert len(expand(load_trace("burst"), 0)) == 500
     day = expand(load_trace("instrument-day"), 0)
-    assert len(day) == 480 and max(a for a, _ in day) < 25 * 3600
+    assert len(day) == 480 and max(a for a, _, _ in day) < 25 * 3600
     trickle = expand(load_trace("trickle"), 0)
     assert 120 < len(trickle) < 260  # Poisson, 0.5 a minute for 6 h
     with pytest.raises(Exception, match="at_min, per_min or every_min"):

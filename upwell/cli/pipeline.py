@@ -135,6 +135,8 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
            wait: bool = typer.Option(False, "--wait", help="then watch the jobs until they are reported"),
            timeout: float = typer.Option(900.0, help="with --wait: give up after this many seconds")) -> None:
     """Validate, then upload files or folders to incoming/, as a collaborator would."""
+    from rich.markup import escape
+
     from upwell.errors import InputRejected
     from upwell.ingest.submit import check
     from upwell.ingest.submit import submit as do_submit
@@ -143,10 +145,14 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
     try:
         plans = check(storage, paths, prefix)
     except (InputRejected, FileNotFoundError) as exc:
-        console.print(f"[red]refused[/] (nothing uploaded): {getattr(exc, 'message', exc)}", soft_wrap=True)
+        # A named error (upwell.shape's TooManyNodes ...) says its name: the one a script or the docs look for.
+        named = f"{type(exc).__name__}: " if isinstance(exc, InputRejected) and type(exc) is not InputRejected else ""
+        console.print(f"[red]refused[/] (nothing uploaded): {escape(named + str(getattr(exc, 'message', exc)))}",
+                      soft_wrap=True)
         raise typer.Exit(2) from None
     for p in plans:
         shards = f"{p.shards} shard(s)" if p.shards is not None else "shards counted at ingest"
+        shards += f" of {p.nodes} nodes each" if p.nodes > 1 else ""
         budget = f", budget ${p.budget_usd:.2f}" if p.budget_usd is not None else ""
         console.print(f"ok incoming/{p.blob}: {p.payload} on pool {p.pool}, {shards}; estimate "
                       f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} on {p.price_key}"

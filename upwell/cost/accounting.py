@@ -1,7 +1,9 @@
 """Accounting: what shards and jobs cost, from the node-seconds the shard rows record.
 
 A shard costs its paid node-seconds (the last attempt, and preempted and failed ones) x the price of its
-node (spot or pay-as-you-go) x its share of the node (``prices.node_share``). ``breakdown`` and ``actual``
+node (spot or pay-as-you-go) x its share of the node (``prices.node_share``). A gang's node-seconds already hold
+its nodes: the agent records an attempt's time x the nodes it held (workers.results, workers.settle), and its
+share is that of one node, so nothing here multiplies again. ``breakdown`` and ``actual``
 price a report's shard rows (mappings, as the report reads them); ``rollup`` sums the ledger's shards per
 job, owner or project for the jobs created since a date, beside their estimates and the estimate's error,
 so `upwell cost` agrees with the per-shard figures in the reports.

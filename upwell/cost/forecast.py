@@ -4,11 +4,17 @@ Before dispatch a job's cost is estimated as the sum over its shards of node-sec
 blended price of the pool x the job's share of a node:
 
 - node-seconds per shard are *learned*: the median paid node-seconds of earlier shards of the
-  same payload, pool and size (the same parameters and ranks), else of the same payload and
-  pool, else the manifest's ``estimate.node_seconds_per_shard``;
+  same payload, pool and size (the same parameters, ranks and nodes), else of the same payload and
+  pool, else the manifest's ``estimate.node_seconds_per_shard``; each is one node's seconds (a
+  gang's recorded node-seconds are divided by its nodes when learned);
+- a shard of several nodes (upwell.shape) holds each of them: its node-seconds are ``nodes`` times
+  one node's, so a 2-node shard's estimate is 2 x node-seconds x price x share (a Batch multi-instance
+  task runs on numberOfInstances compute nodes at once, per Batch's MPI page, each a VM the pool pays for;
+  a Slurm job of ``-N k`` holds k nodes for its whole run);
 - the price is the pool's: its spot share of spot prices (only when the job allows spot) and
   the rest pay-as-you-go, on the pool's price key (a local pool's key too);
-- the share is the shard's CPUs (ranks) or GPUs over the VM's (upwell.cost.prices.node_share).
+- the share is the shard's CPUs (ranks on one node: ranks per node) or GPUs over the VM's
+  (upwell.cost.prices.node_share).
 
 Learning reads the ledger (the last ``MAX_JOBS`` finished jobs of the payload), so it needs no
 state of its own and a fresh deployment falls back to the manifest.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,14 +40,18 @@ MAX_JOBS = 10
 FINISHED = (JobState.SUCCEEDED, JobState.PARTIALLY_FAILED)
 
 
-def size_key(params: dict | str | None, ranks: int = 1, gpus: int = 0) -> str:
-    """The size of one shard: its parameters and resources (a grid point's own values), hashed."""
+def size_key(params: dict | str | None, ranks: int = 1, gpus: int = 0, nodes: int = 1) -> str:
+    """The size of one shard: its parameters and resources (a grid point's own values), hashed. The nodes
+    are in the key only when several (the keys of one-node shards learned before gangs stay the same)."""
     if isinstance(params, str):
         try:
             params = json.loads(params or "{}")
         except ValueError:
             params = {"_": params}
-    text = json.dumps({"p": params or {}, "r": int(ranks or 1), "g": int(gpus or 0)}, sort_keys=True, default=str)
+    size = {"p": params or {}, "r": int(ranks or 1), "g": int(gpus or 0)}
+    if int(nodes or 1) > 1:
+        size["n"] = int(nodes)
+    text = json.dumps(size, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -73,15 +84,16 @@ def learn(ledger: Ledger, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) 
         for row in ledger.shards(job.job_id):
             if row.status != ShardState.SUCCEEDED:
                 continue
-            seconds = row.paid_seconds
+            nodes = max(int(job.nodes or 1), 1)
+            seconds = row.paid_seconds / nodes  # one node's: the estimate multiplies by the nodes again
             if seconds > 0:
-                hist.add(size_key(row.params, job.ranks or 1, job.gpus), seconds)
+                hist.add(size_key(row.params, job.ranks or 1, job.gpus, nodes), seconds)
     return hist
 
 
 @dataclass(frozen=True)
 class JobEstimate:
-    node_seconds: float  # summed over shards (node time, before the share)
+    node_seconds: float  # summed over shards, times the nodes each holds (node time, before the share)
     usd: float
     per_hour: float  # blended $/node-hour
     spot_fraction: float
@@ -90,18 +102,21 @@ class JobEstimate:
 
 
 def estimate(points: Iterable[dict], *, history: History, manifest_s: float, price_key: str, spot_allowed: bool,
-             pool_spot_share: float, ranks: int = 1, gpus: int = 0,
+             pool_spot_share: float, ranks: int = 1, gpus: int = 0, nodes: int = 1,
              prices: PriceTable | None = None) -> JobEstimate:
-    """The job's estimate from its shards' parameters. An unknown price key prices at $0 (and says so)."""
+    """The job's estimate from its shards' parameters: per shard, one node's seconds x ``nodes``; ``ranks``
+    in all over the nodes (the share is one node's: ranks per node). An unknown price key prices at $0 (and
+    says so)."""
     table = prices or load()
+    nodes = max(int(nodes or 1), 1)
     counts = {"size": 0, "payload": 0, "manifest": 0}
     total = 0.0
     for params in points:
-        seconds, how = history.per_shard(size_key(params, ranks, gpus), manifest_s)
+        seconds, how = history.per_shard(size_key(params, ranks, gpus, nodes), manifest_s)
         counts[how] += 1
-        total += seconds
+        total += seconds * nodes
     fraction = float(pool_spot_share) if spot_allowed else 0.0
-    share = node_share(price_key, ranks, gpus, prices=table)
+    share = node_share(price_key, math.ceil(max(int(ranks or 1), 1) / nodes), gpus, prices=table)
     try:
         per_hour = blended_per_hour(price_key, fraction, prices=table)
     except Exception:  # noqa: BLE001 - ConfigError: a key not in the table

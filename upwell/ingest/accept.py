@@ -65,9 +65,10 @@ class JobAcceptor:
             raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
         from upwell import shape
+        from upwell.ingest import poolfit
 
-        shape.check_pool(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe),
-                         self.settings.pools[job["pool"]])
+        poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), self.settings.pools,
+                      job["pool"])
         job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus)
         est_usd = self._priced(job, shards, resources, history.result() if history is not None else None)
         items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,
@@ -113,7 +114,7 @@ class JobAcceptor:
         return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
                             price_key=job["price_key"], spot_allowed=bool(job["spot"]),
                             pool_spot_share=self.settings.pools[job["pool"]].spot_share,
-                            ranks=resources.ranks, gpus=resources.gpus)
+                            ranks=resources.ranks, gpus=resources.gpus, nodes=resources.nodes)
 
     def _record(self, job: dict, shards: list[tuple]) -> None:
         """The job row (created, or the earlier one brought up to date) and one queued row per shard."""

@@ -1,7 +1,10 @@
 """Uploads as a collaborator makes them: files and folders into incoming/, rules into pipelines/.
 
 Inside a folder, data files go up before the manifest, so the manifest never
-names a blob that is not there yet.
+names a blob that is not there yet. ``check`` refuses, before any upload, what ingest would: among it a
+shape the pool cannot run (upwell.shape: TooManyNodes, GangUnsupported, Oversubscribed), the shape resolved
+as ingest resolves it and checked as ingest checks it (upwell.ingest.poolfit); a GangUnsupported names the
+configured pools that can run the shard, or says that none is configured.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Plan:
     price_key: str
     spot: bool
     budget_usd: float | None
+    nodes: int = 1  # nodes of one allocation per shard (upwell.shape)
 
 
 def check(storage: Storage | None, paths: list[Path], prefix: str = "", settings=None) -> list[Plan]:
@@ -87,6 +91,7 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
                             field="pool")
     if m.image and m.image not in settings.image_allowlist:
         raise InputRejected(f"incoming/{name}: image {m.image!r} is not on the allowlist", field="image")
+    resources = _check_shape(name, m, definition, pool, settings)
     if m.data:
         points = manifests.grid_points(m.model_copy(update={"grid": {}}), settings.max_shards,
                                        settings.max_param_bytes, definition)
@@ -96,23 +101,42 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
         points = manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition)
         shards = len(points)
     price_key = settings.pools[pool].price_key
-    ns, usd = _estimate(storage, m, pool, points, settings)
+    ns, usd = _estimate(storage, m, pool, points, settings, resources)
     if shards and m.budget_usd is not None and usd > m.budget_usd:
         raise InputRejected(f"incoming/{name}: estimated cost ${usd:.2f} ({ns:.0f} node-seconds on {price_key}) "
                             f"exceeds the budget ${m.budget_usd:.2f}", field="budget_usd")
-    return Plan(name, m.payload, pool, shards, ns, usd, price_key, m.spot, m.budget_usd)
+    return Plan(name, m.payload, pool, shards, ns, usd, price_key, m.spot, m.budget_usd, resources.nodes)
 
 
-def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings) -> tuple[float, float]:
+def _check_shape(name: str, m, definition, pool: str, settings):
+    """The shard's resources as ingest resolves them (the definition's, each field the manifest gives
+    instead), held against the pool as ingest holds them (upwell.ingest.poolfit); its named error, with the
+    upload's name, when the pool cannot run them."""
+    from types import SimpleNamespace
+
+    from upwell import shape
+    from upwell.ingest import manifests, poolfit
+    from upwell.ingest.ingestor import Ingestor
+
+    resources = Ingestor._resources(m, definition or SimpleNamespace(resources=manifests.Resources()))
+    poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), settings.pools, pool,
+                  where=f"incoming/{name}")
+    return resources
+
+
+def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings,
+              resources) -> tuple[float, float]:
     """(node-seconds, USD) as ingest will estimate them: the pool's price and spot share, node time
-    learned from earlier results where the account has them (upwell.cost.forecast)."""
+    learned from earlier results where the account has them, times the nodes of a shard
+    (upwell.cost.forecast)."""
     from upwell.cost import forecast as est
     from upwell.ledger import Ledger
 
     history = est.learn(Ledger(storage), m.payload, pool) if storage is not None else est.History()
     e = est.estimate(points, history=history, manifest_s=m.estimate.node_seconds_per_shard,
                      price_key=settings.pools[pool].price_key, spot_allowed=bool(m.spot),
-                     pool_spot_share=settings.pools[pool].spot_share, ranks=m.resources.ranks, gpus=m.resources.gpus)
+                     pool_spot_share=settings.pools[pool].spot_share, ranks=resources.ranks, gpus=resources.gpus,
+                     nodes=resources.nodes)
     return e.node_seconds, e.usd
 
 

@@ -20,7 +20,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_aci as build
 from upwell.pools.azure_errors import pool_error
-from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, split
+from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, refuse_gangs, split
 
 log = logs.get("upwell.pools.aci")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
@@ -58,9 +58,11 @@ class AciPool(az.ArmPool):
         return out
 
     def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
-        """Ask for n workers, ``spot`` of them spot (default: spec.spot_share)."""
+        """Ask for n workers, ``spot`` of them spot (default: spec.spot_share). One container group per shard:
+        ``gangs`` with any allocation raises PoolError (upwell.pools.base.refuse_gangs)."""
         from azure.core.exceptions import AzureError
 
+        refuse_gangs(self.spec, gangs)  # before any request: its builders know one node per shard only
         n = max(int(n), 0)
         spot = split(n, self.spec.spot_share)[0] if spot is None else min(max(int(spot), 0), n)
         try:

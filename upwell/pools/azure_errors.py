@@ -127,6 +127,12 @@ def _message(kind: PoolErrorKind, pool: str, action: str, status: int | None, co
     return msg + (f". Hint: {hint}" if hint else "")
 
 
+def has_code(exc: BaseException, *codes: str) -> bool:
+    """Whether Azure's error code on ``exc`` is one of ``codes`` (case-insensitive): a 409 JobExists on a
+    create is success, a 409 JobBeingDeleted is not."""
+    return _code(exc).lower() in {c.lower() for c in codes}
+
+
 def _status(exc: BaseException) -> int | None:
     status = getattr(exc, "status_code", None)
     if status is None:

@@ -75,6 +75,19 @@ Busy = Collection[str] | None  # node ids the ledger shows running a shard; None
 Gangs = Mapping[int, int] | None
 
 
+def refuse_gangs(spec: PoolSpec, gangs: Gangs) -> None:
+    """For a backend that runs one node per shard (VMSS, ACI): raise PoolError when ``gangs`` asks for any
+    allocation of several nodes. Ingest refuses such shards on these pools (upwell.shape.GangUnsupported), so
+    one reaching here is a bug upstream, and no request is built for it."""
+    asked = {int(k): int(m) for k, m in (gangs or {}).items() if m}
+    if asked:
+        from upwell.errors import PoolError
+
+        wanted = ", ".join(f"{m} of {k} nodes" for k, m in sorted(asked.items()))
+        raise PoolError(f"pool {spec.name!r} ({spec.backend}) runs one node per shard and was asked for gang "
+                        f"allocations ({wanted}); shards of several nodes run only on a slurm or batch pool")
+
+
 class WorkerPool(abc.ABC):
     """A group of worker nodes. Subclasses keep only handles to their backend.
 

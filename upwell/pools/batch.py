@@ -15,7 +15,12 @@ a shard still looks "idle" to Batch. The ``busy`` set passed in (node ids the
 ledger shows running; the agent records AZ_BATCH_NODE_ID) makes such nodes
 count as running, and they are never removed.
 
-State kept: the spec, lazily built SDK clients, the last poller.
+A gang pool (``options.gangs``) has no start-task agent: after the resize, ``scale_to`` adds the agent
+tasks the backlog wants to the pool's one job (upwell.pools.batch_tasks): one multi-instance task of k
+nodes per wanted gang of k, and a plain task per one-node agent. Batch then sees every agent, so a node
+running one reads "running", and it hands each node's one slot to one agent only.
+
+State kept: the spec, lazily built SDK clients, the last poller, the agent tasks (gang pools).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from typing import Any
 from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_batch as build
+from upwell.pools import build_batch_tasks as build_tasks
 from upwell.pools.azure_errors import describe_resize_errors, pool_error
 from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool, split
+from upwell.pools.batch_tasks import AgentTasks
 
 log = logs.get("upwell.pools.batch")
 
@@ -56,6 +63,7 @@ class BatchPool(WorkerPool):
         self.polling_interval = float(self._kwargs.pop("polling_interval", 30))
         self.last_poller = None
         self._created = False
+        self._tasks: AgentTasks | None = None
 
     # -- clients ------------------------------------------------------------------------
     @property
@@ -106,7 +114,8 @@ class BatchPool(WorkerPool):
 
     def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Ask for n nodes, ``spot`` of them spot (default: spec.spot_share). Growth resizes;
-        shrinking removes chosen idle nodes only."""
+        shrinking removes chosen idle nodes only. On a gang pool, then add the agent tasks that n and
+        ``gangs`` want beyond the live ones (even while a resize runs: a task waits for its nodes)."""
         from azure.core.exceptions import AzureError, ResourceNotFoundError
 
         n = max(int(n), 0)
@@ -118,8 +127,16 @@ class BatchPool(WorkerPool):
             except ResourceNotFoundError:
                 return  # no pool and nothing asked for
             self._resize(pool, dedicated, spot, az.busy_set(busy) or set())
+            if build.is_gang_pool(self.spec):
+                self.agent_tasks.reconcile(build_tasks.wanted(n, gangs))
         except AzureError as exc:
             raise pool_error(exc, pool=self.spec.name, action=f"resize Batch pool {self.pool_id} to {n}") from None
+
+    @property
+    def agent_tasks(self) -> AgentTasks:
+        if self._tasks is None:
+            self._tasks = AgentTasks(self.client, self.spec)
+        return self._tasks
 
     def _resize(self, pool: Any, dedicated: int, spot: int, busy: set[str]) -> None:
         state = _s(pool.allocation_state) or "steady"

@@ -11,13 +11,15 @@ the image and reaches storage), ``identity_client_id``, ``storage_account``,
 ``image_reference`` ({publisher, offer, sku, version}), ``node_agent_sku``,
 ``container_run_options`` (``--gpus`` is dropped: Batch adds the GPUs itself),
 ``image_uid``/``image_gid`` (the image's user, default 10001: workers/docker), ``mpi``
-(bool: inter-node communication, one task slot per node), ``resize_timeout_min``; for creating
+(bool: inter-node communication, one task slot per node), ``gangs`` (bool: a gang pool, see
+``is_gang_pool``), ``resize_timeout_min``; for creating
 the pool: ``subscription_id``, ``resource_group`` and ``account_name`` (default:
 from ``account_url``).
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 from datetime import timedelta
@@ -25,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from upwell.cost import tags as ops_tags
+from upwell.errors import ConfigError
 from upwell.pools import azure_common as az
 from upwell.pools.base import PoolSpec
 
@@ -47,8 +50,40 @@ def pool_id(spec: PoolSpec) -> str:
     return str(spec.options.get("pool_id") or f"upwell-{spec.name}")
 
 
+def is_gang_pool(spec: PoolSpec) -> bool:
+    """A gang pool (``options.gangs``) runs every agent as a Batch task, a shard of k > 1 nodes as a
+    multi-instance task of k (upwell.pools.build_batch_tasks); its nodes have no start-task agent, so
+    that Batch, which schedules the tasks, is the only one to hand out a node's one task slot."""
+    return bool(spec.options.get("gangs", False))
+
+
 def is_mpi(spec: PoolSpec) -> bool:
-    return bool(spec.options.get("mpi", spec.name == "mpi"))
+    """Inter-node communication and one task slot per node: an MPI pool, and every gang pool ("Multi-instance
+    tasks require a pool with inter-node communication enabled, and with concurrent task execution disabled",
+    Use multi-instance tasks to run MPI applications in Batch)."""
+    return is_gang_pool(spec) or bool(spec.options.get("mpi", spec.name == "mpi"))
+
+
+# VM sizes with InfiniBand (RDMA) among those upwell's MPI pools use: HB (HB120rs_v3, HB176rs_v4), HC (HC44rs)
+# and the r-suffixed ND/NC sizes. Their MPI needs the HPC marketplace images (IB drivers, HPC-X, Intel MPI).
+_INFINIBAND = re.compile(r"^standard_(hb|hc)\d|^standard_n[cd]\d+\w*r", re.I)
+HPC_OFFERS = ("ubuntu-hpc", "almalinux-hpc")  # publisher microsoft-dsvm
+
+
+def has_infiniband(vm_size: str) -> bool:
+    return bool(_INFINIBAND.search(vm_size or ""))
+
+
+def image_reference(spec: PoolSpec) -> dict[str, Any]:
+    """The node image: ``options.image_reference``, else the Ubuntu HPC image. A gang pool on an InfiniBand
+    size must keep an HPC image (microsoft-dsvm ubuntu-hpc / almalinux-hpc: IB drivers, HPC-X and Intel MPI);
+    another image there is a ConfigError naming the option."""
+    ref = dict(spec.options.get("image_reference") or DEFAULT_IMAGE_REFERENCE)
+    if is_gang_pool(spec) and has_infiniband(spec.vm_size) and str(ref.get("offer", "")).lower() not in HPC_OFFERS:
+        raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.image_reference: a gang pool on {spec.vm_size} "
+                          f"(InfiniBand) needs an HPC image (microsoft-dsvm, offer one of {', '.join(HPC_OFFERS)}), "
+                          f"not offer {ref.get('offer')!r}")
+    return ref
 
 
 def run_options(spec: PoolSpec) -> str:
@@ -94,18 +129,30 @@ def _registry(spec: PoolSpec) -> dict[str, Any] | None:
     return reg
 
 
-def start_task(spec: PoolSpec) -> dict[str, Any]:
-    """ARM startTask: runs the agent container for the node's life (waitForSuccess false)."""
+def container_settings(spec: PoolSpec, working_directory: str) -> dict[str, Any]:
+    """A task's containerSettings: the pool's image, run options and registry (ARM spells the working
+    directory ``TaskWorkingDirectory``, the data plane ``taskWorkingDirectory``)."""
     settings: dict[str, Any] = {"imageName": az.image(spec), "containerRunOptions": run_options(spec),
-                                "workingDirectory": "TaskWorkingDirectory"}
+                                "workingDirectory": working_directory}
     registry = _registry(spec)
     if registry:
         settings["registry"] = registry
-    env = az.agent_env(spec, **az.AZURE_VM_ENV, UPWELL_SCRATCH=SCRATCH)  # the image's /scratch, writable by its user
+    return settings
+
+
+def agent_env(spec: PoolSpec, **extra: str) -> list[dict[str, str]]:
+    """The agent's environmentSettings on a Batch node: watch Scheduled Events, the image's /scratch (writable
+    by its user), and ``extra``."""
+    env = az.agent_env(spec, **az.AZURE_VM_ENV, UPWELL_SCRATCH=SCRATCH, **extra)
+    return [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+def start_task(spec: PoolSpec) -> dict[str, Any]:
+    """ARM startTask: runs the agent container for the node's life (waitForSuccess false)."""
     return {
         "commandLine": start_task_command(spec),
-        "containerSettings": settings,
-        "environmentSettings": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "containerSettings": container_settings(spec, "TaskWorkingDirectory"),
+        "environmentSettings": agent_env(spec),
         "userIdentity": {"userName": AGENT_USER},  # the image's user (user_account): /scratch is its own
         "maxTaskRetryCount": 3,
         "waitForSuccess": False,
@@ -113,9 +160,10 @@ def start_task(spec: PoolSpec) -> dict[str, Any]:
 
 
 def pool_body(spec: PoolSpec) -> dict[str, Any]:
-    """The ARM body of Microsoft.Batch/batchAccounts/pools/<pool_id> (api POOL_API_VERSION)."""
+    """The ARM body of Microsoft.Batch/batchAccounts/pools/<pool_id> (api POOL_API_VERSION). A gang pool has
+    no start task: its agents are Batch tasks (``is_gang_pool``)."""
     vm_config: dict[str, Any] = {
-        "imageReference": dict(spec.options.get("image_reference") or DEFAULT_IMAGE_REFERENCE),
+        "imageReference": image_reference(spec),
         "nodeAgentSkuId": str(spec.options.get("node_agent_sku") or DEFAULT_NODE_AGENT),
         "containerConfiguration": {"type": "DockerCompatible", "containerImageNames": [az.image(spec)]},
     }
@@ -132,12 +180,13 @@ def pool_body(spec: PoolSpec) -> dict[str, Any]:
         "interNodeCommunication": "Enabled" if is_mpi(spec) else "Disabled",
         "taskSlotsPerNode": 1 if is_mpi(spec) else max(spec.tasks_per_node, 1),
         "taskSchedulingPolicy": {"nodeFillType": "Pack"},
-        "startTask": start_task(spec),
         "userAccounts": [user_account(spec)],
         "metadata": ops_tags.metadata(az.tags(spec)),
         # Batch copies these onto the VMs, disks and NICs it makes (user-subscription accounts).
         "resourceTags": az.tags(spec),
     }
+    if not is_gang_pool(spec):
+        props["startTask"] = start_task(spec)
     if spec.options.get("subnet_id"):
         props["networkConfiguration"] = {"subnetId": str(spec.options["subnet_id"])}
     body: dict[str, Any] = {"properties": props}
@@ -185,8 +234,6 @@ def remove_options(spec: PoolSpec, node_ids: list[str]):
 
 def batch_job_id(job_id: str) -> str:
     """A Batch job id for an upwell job: at most 64 of letters, digits, '-' and '_'."""
-    import re
-
     return ("upwell-" + re.sub(r"[^A-Za-z0-9_-]", "-", job_id))[:64]
 
 

@@ -22,7 +22,7 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_vmss as build
 from upwell.pools.azure_errors import pool_error
-from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, split
+from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, refuse_gangs, split
 
 log = logs.get("upwell.pools.vmss")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
@@ -44,9 +44,11 @@ class VmssPool(az.ArmPool):
 
     # -- the contract -------------------------------------------------------------------
     def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
-        """Ask for n VMs, ``spot`` of them spot (default: spec.spot_share)."""
+        """Ask for n VMs, ``spot`` of them spot (default: spec.spot_share). One VM per shard: ``gangs`` with any
+        allocation raises PoolError (upwell.pools.base.refuse_gangs)."""
         from azure.core.exceptions import AzureError
 
+        refuse_gangs(self.spec, gangs)  # before any request: its builders know one node per shard only
         n = max(int(n), 0)
         want = self._per_set(n, spot)
         try:

@@ -17,6 +17,7 @@ from upwell.errors import BudgetExceeded, ConfigError, PoolError
 from upwell.ledger import Ledger
 from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.rows import ACTIVE_JOB, JobRow, JobState, ShardRow
+from upwell.scale import gangs as gang_count
 from upwell.scale import policy as scaling
 from upwell.scalelog import DecisionRow, ScalingLog
 from upwell.settings import Settings
@@ -97,7 +98,8 @@ class Autoscaler:
                 running: list[ShardRow] | None = None, ingesting: list[JobRow] = ()) -> scaling.Observation:
         """What the policy needs about one pool; ``jobs`` are the pool's active job rows, ``running`` its
         running shard rows (read from the ledger when not given) and ``ingesting`` the rows of its jobs whose
-        shards are being enqueued."""
+        shards are being enqueued. Shards of several nodes are told apart by their job rows' ``nodes``
+        (upwell.scale.gangs): no read per shard."""
         approx = self.storage.queue_length(names.work_queue(spec.name))
         running = self.ledger.running(spec.name) if running is None else running
         in_flight = len(running)
@@ -117,7 +119,8 @@ class Autoscaler:
             spot_quota_nodes=(quota["spot_cores"] // cores) if quota.get("spot_cores") is not None and cores else None,
             task_s=_task_s([*jobs, *ingesting]), boot_s=pool.boot_s(),
             interval_s=_interval_s(self.settings.scale_schedule), now=time.time(),
-            arrivals=_arrivals([*jobs, *ingesting]), announced=sum(j.shards_total for j in ingesting))
+            arrivals=_arrivals([*jobs, *ingesting]), announced=sum(j.shards_total for j in ingesting),
+            gangs=gang_count.backlog(visible, jobs, ingesting, [r.job_id for r in running]))
 
     @staticmethod
     def _quota(pool: WorkerPool) -> dict:
@@ -141,9 +144,12 @@ class Autoscaler:
             log.info("autoscale.concurrent_run_skipped", pool=spec.name, target=decision.target)
             return decision
         message = decision.message
-        if decision.target != status.alive or decision.target != status.target:
+        # While a gang waits, ask on every run: which allocations the target holds changes with the same total.
+        waiting = any(g.waiting for g in obs.gangs)
+        if decision.target != status.alive or decision.target != status.target or (decision.gangs and waiting):
             try:
-                pool.scale_to(decision.target, spot=decision.spot, busy=busy)
+                pool.scale_to(decision.target, spot=decision.spot, busy=busy,
+                              gangs=gang_count.as_mapping(decision.gangs))
             except PoolError as exc:
                 message = str(exc)
                 log.warning("autoscale.pool_error", pool=spec.name, kind=exc.kind.value, error=message)
@@ -208,9 +214,10 @@ def _budget_left(spec: PoolSpec, jobs: list[JobRow]) -> float | None:
 
 
 def _task_s(jobs: list[JobRow]) -> float | None:
-    """The mean per-shard estimate of the jobs: the manifest's, else ingest's estimate over the shard count."""
-    estimates = [j.estimate_node_seconds_per_shard or (j.estimate_node_seconds / j.shards_total if j.shards_total
-                                                       else 0.0) for j in jobs]
+    """The mean run time of a shard of the jobs: the manifest's per-shard estimate (a node's seconds), else
+    ingest's estimate over the shards and over the nodes each shard holds (upwell.cost.forecast)."""
+    estimates = [j.estimate_node_seconds_per_shard or (j.estimate_node_seconds / j.shards_total / max(j.nodes or 1, 1)
+                                                       if j.shards_total else 0.0) for j in jobs]
     estimates = [e for e in estimates if e > 0]
     return sum(estimates) / len(estimates) if estimates else None
 

@@ -76,7 +76,7 @@ class UpwellPolicy:
     def evaluate(self, sim: Sim) -> Plan:
         v = sim.view()
         obs = Observation(
-            visible=v.visible, in_flight=v.busy, nodes=v.alive, idle=max(v.alive - v.busy, 0),
+            visible=v.visible, in_flight=v.running, nodes=v.alive, idle=max(v.alive - v.busy, 0), gangs=v.gangs,
             preempted_recent=sim.preemptions_since(sim.now - 600),
             budget_left_usd=None if self.budget_usd is None else self.budget_usd - sim.cost(),
             price_per_node_hour=sim.price, spot_price_per_node_hour=sim.spot_price, spot_nodes=v.spot,

@@ -32,7 +32,7 @@ def run(trace: Trace, policy: str, seed: int = 0, *, max_nodes: int | None = Non
         trace = replace(trace, spot_share=spot_share)
     tasks = expand(trace, seed)
     sim = Sim(trace, make_policy(policy, spec, seed, trace.budget_usd), tasks, Draws(trace, seed), linger_s)
-    horizon = max((a for a, _ in tasks), default=0.0) + sum(d for _, d in tasks) + 48 * 3600
+    horizon = max((a for a, _, _ in tasks), default=0.0) + sum(d for _, d, _ in tasks) + 48 * 3600
     return sim.run(horizon)
 
 

@@ -11,7 +11,9 @@ The policy, in the order ``decide`` applies it:
    mean time between episodes of arrivals. Shards of jobs still being ingested (rows written, messages not
    all sent) count as queued (prewarm: the shard count is known before the messages are visible);
 1. backlog = visible messages + in-flight shards (running tasks are demand too;
-   a queue-length scaler that forgets them scales in under running work);
+   a queue-length scaler that forgets them scales in under running work), counted in nodes: a shard of k
+   nodes is k nodes' worth of slots (``in_slots``, upwell.scale.gangs), and ``Decision.gangs`` says how many
+   allocations of k nodes the target holds;
 2. want = ceil(demand / tasks_per_node), clamped to [min_nodes, max_nodes], where demand is the
    backlog less the queued tasks the nodes already there will start before a new node could boot
    (about boot_s / task_s per slot; see ``drain``): a node that boots after the queue emptied only
@@ -45,6 +47,7 @@ import re
 from dataclasses import dataclass, replace
 
 from upwell.pools.base import PoolSpec, split
+from upwell.scale.gangs import Gang, allocations, extra_slots
 
 # The preemption rate (preemptions / spot nodes exposed in the window) above
 # which the spot share is halved; spec.options["preemption_threshold"] overrides.
@@ -102,6 +105,9 @@ class Observation:
     # arrival pattern from those newer than PolicyState.last_arrival. Times are seconds on the ``now`` clock.
     arrivals: tuple[tuple[float, int], ...] = ()
     announced: int = 0  # shards of jobs still being ingested: rows written, messages not all visible yet
+    # The shards above that take several nodes each, by their node count (upwell.scale.gangs): decide()
+    # counts each as that many nodes, and says how many allocations of k nodes its target holds.
+    gangs: tuple[Gang, ...] = ()
 
     @property
     def backlog(self) -> int:
@@ -139,6 +145,7 @@ class Decision:
     capped_by: str = ""  # "", "budget", "quota", "max", "step", "activation"
     message: str = ""  # shown on job status, e.g. a quota shortfall
     removable: int = 0
+    gangs: tuple[tuple[int, int], ...] = ()  # (k, allocations of k nodes) within target, for scale_to(gangs=)
 
 
 def target(backlog: int, tasks_per_node: int, min_nodes: int, max_nodes: int) -> int:
@@ -169,12 +176,14 @@ def family_label(family: str) -> str:
 def decide(spec: PoolSpec, obs: Observation, state: PolicyState) -> Decision:
     """The target for one pool now; pure. See the module docstring for the rules."""
     state = learn(state, obs)
+    shards, obs = obs, in_slots(spec, obs)
     if obs.announced > obs.visible:
         obs = replace(obs, visible=obs.announced)
         notes = [f"backlog {obs.backlog} ({obs.visible} being ingested + {obs.in_flight} running)"]
     else:
         notes = [f"backlog {obs.backlog} ({obs.visible} queued + {obs.in_flight} running)"]
     notes[0] += f" / {max(spec.tasks_per_node, 1)} per node"
+    notes += [f"{g.waiting} waiting + {g.running} running shards of {g.nodes} nodes" for g in shards.gangs]
     want, capped_by = _want(spec, obs, state, notes)
     want, capped_by = _episode_cap(spec, obs, state, want, capped_by, notes)
     share = _spot_share(spec, obs, state, notes)
@@ -186,7 +195,21 @@ def decide(spec: PoolSpec, obs: Observation, state: PolicyState) -> Decision:
     if budget_note:
         capped_by, message = "budget", message or budget_note
         notes.append(budget_note)
-    return _settle(spec, obs, state, spot, ded, share, capped_by, message, notes)
+    d = _settle(spec, obs, state, spot, ded, share, capped_by, message, notes)
+    singles = shards.in_flight - sum(g.running for g in shards.gangs)
+    held = allocations(d.target, shards.gangs, math.ceil(max(singles, 0) / max(spec.tasks_per_node, 1)))
+    return replace(d, gangs=tuple(sorted(held.items())))
+
+
+def in_slots(spec: PoolSpec, obs: Observation) -> Observation:
+    """The observation with each k-node shard counted as k nodes' worth of task slots (upwell.scale.gangs):
+    ceil(slots / tasks_per_node) is then the nodes the backlog wants."""
+    if not obs.gangs:
+        return obs
+    tpn = spec.tasks_per_node
+    return replace(obs, visible=obs.visible + extra_slots(obs.gangs, tpn, "queued"),
+                   announced=obs.announced + extra_slots(obs.gangs, tpn, "announced"),
+                   in_flight=obs.in_flight + extra_slots(obs.gangs, tpn, "running"))
 
 
 def quiet_s(obs: Observation) -> float:

@@ -5,13 +5,16 @@ Policies (upwell.scale.baselines) are compared on the same trace with the same r
 comes the same time after it booted.
 
 The model:
-- tasks arrive on the queue (the trace), workers take them first-come first-served;
+- tasks arrive on the queue (the trace), workers take them first-come first-served; a task of k nodes (a
+  gang, upwell.shape) starts once k nodes are idle, on all of them at once, and a task behind it that fits
+  the idle nodes goes first (backfill); losing any of its nodes sends it back to the queue and frees the rest;
 - a node asked for boots for a delay drawn from a clipped lognormal (minutes,
   e.g. median 6, 3-30 as on Batch) and is billed from the request until it is gone;
 - a spot node may be evicted (Poisson, per spot node-hour) with 30 s notice: it
   takes no task in the notice; its task goes back to the queue, keeping the work
   up to its last checkpoint; the platform replaces the node (the target is kept);
-- upwell's policy sees what the Autoscaler reads: the queue, the pool, the active jobs' creation times (the
+- upwell's policy sees what the Autoscaler reads: the queue, the pool, the gangs among the queued and running
+  tasks (upwell.scale.gangs, as the Autoscaler splits them by their job rows), the active jobs' creation times (the
   arrivals it learns from, in its PolicyState only) and their per-shard estimate (the trace's mean duration,
   as ingest learns it from earlier results); it is evaluated on its timer and at each arrival (ingest's scale
   nudge, UPWELL_SCALE_ON_INGEST, on in the Bicep deployment);
@@ -32,10 +35,11 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from upwell.scale.baselines import Plan
+from upwell.scale.gangs import Gang
 from upwell.scale.sim_results import Result
 from upwell.scale.traces import Trace, estimate_s
 
@@ -57,6 +61,8 @@ class Task:
     start: float | None = None
     end: float | None = None
     lost: float = 0.0
+    nodes: int = 1  # nodes it holds at once (a gang)
+    held: list[Node] = field(default_factory=list)  # the nodes of its current attempt
 
 
 @dataclass
@@ -75,17 +81,21 @@ class Node:
     orphan: bool = False  # its pod went while it booted (Kubernetes): lingers once ready
     pod_ready: float = 0.0  # when the worker on it last became ready (Kubernetes' deletion order)
     gone_at: float | None = None
+    run: int = 0  # counts the attempts it has started: a "done" event of an earlier one is stale
 
 
 @dataclass(frozen=True)
 class View:
-    """What a policy reads of the pool at one instant: the queue and the node counts."""
+    """What a policy reads of the pool at one instant: the queue and the node counts; ``running`` tasks and
+    the gangs among the queued and running ones (a gang's task holds several busy nodes)."""
 
     visible: int
-    busy: int
+    busy: int  # nodes
     alive: int  # booting + idle + busy (not leaving)
     booting: int
     spot: int
+    running: int = 0  # tasks
+    gangs: tuple[Gang, ...] = ()
 
 
 
@@ -126,7 +136,8 @@ class Sim:
         self.seq = 0
         self.nodes: list[Node] = []
         self.queue: deque[Task] = deque()
-        self.tasks = [Task(i, a, d, a) for i, (a, d) in enumerate(tasks)]
+        self.tasks = [Task(i, a, d, a, nodes=k) for i, (a, d, k) in enumerate(tasks)]
+        self.has_gangs = any(t.nodes > 1 for t in self.tasks)
         self.done = 0
         self.preemptions: list[float] = []
         self.idle_s = 0.0
@@ -182,19 +193,29 @@ class Sim:
             self._at(self.now + delay, "evict", (node, node.epoch))
         self._dispatch()
 
-    def _on_done(self, payload: tuple[Node, int]) -> None:
-        node, epoch = payload
-        if epoch != node.epoch or node.task is None:
+    def _on_done(self, payload: tuple[Node, int, int]) -> None:
+        node, epoch, run = payload
+        if epoch != node.epoch or node.task is None or run != node.run:
             return
-        task, node.task = node.task, None
+        task = node.task
         task.end = self.now
         self.done += 1
         self.finished_durations.append(task.duration)
-        if node.state == "draining":
-            self._gone(node)
-        else:
-            self._set(node, "idle")
+        self._free(task)
         self._dispatch()
+
+    def _free(self, task: Task, but: Node | None = None) -> None:
+        """The nodes of ``task``'s attempt, ``but`` one, take no part in it any more: idle, or gone if draining."""
+        for member in task.held:
+            if member.task is task:
+                member.task = None
+                if member is but:
+                    continue
+                if member.state == "draining":
+                    self._gone(member)
+                else:
+                    self._set(member, "idle")
+        task.held = []
 
     def _on_notice(self, payload: tuple[Node, int]) -> None:
         node, epoch = payload
@@ -243,8 +264,9 @@ class Sim:
     def _stop(self, node: Node) -> None:
         """The node goes now; a task on it goes back to the queue (work since the checkpoint is lost)."""
         if node.task is not None:
-            self._requeue(node.task, self.now - node.task.start)
-            node.task = None
+            task = node.task
+            self._requeue(task, self.now - task.start)
+            self._free(task, but=node)
         self._gone(node)
 
     def _requeue(self, task: Task, ran: float) -> None:
@@ -258,16 +280,28 @@ class Sim:
     def _dispatch(self) -> None:
         if self.trace.budget_usd is not None and self.cost() >= self.trace.budget_usd:
             return  # the job is over its budget: upwell stops dispatching it (its nodes fall idle)
-        for node in self.nodes:
-            if not self.queue:
-                return
-            if node.state == "idle" and not node.noticed:
-                task = self.queue.popleft()
-                task.waited += self.now - task.queued_at
-                task.start = self.now
-                self._set(node, "busy")
-                node.task = task
-                self._at(self.now + max(task.duration - task.done_work, 0.0), "done", (node, node.epoch))
+        free = [n for n in self.nodes if n.state == "idle" and not n.noticed]
+        waiting: deque[Task] = deque()
+        while self.queue and free:
+            task = self.queue.popleft()
+            if task.nodes > len(free):
+                waiting.append(task)  # a gang waits for all its nodes; what fits behind it goes on
+                continue
+            self._start(task, free[:task.nodes])
+            free = free[task.nodes:]
+        waiting.extend(self.queue)
+        self.queue = waiting
+
+    def _start(self, task: Task, held: list[Node]) -> None:
+        task.waited += self.now - task.queued_at
+        task.start = self.now
+        task.held = held
+        for node in held:
+            self._set(node, "busy")
+            node.task = task
+            node.run += 1
+        head = held[0]  # one "done" event for the attempt, on its first node
+        self._at(self.now + max(task.duration - task.done_work, 0.0), "done", (head, head.epoch, head.run))
 
     def _add(self, spot: bool) -> None:
         reuse = next((n for n in self.nodes if n.spot == spot and n.state == "linger"), None) or next(
@@ -318,8 +352,9 @@ class Sim:
             node.orphan = True
             return
         if node.task is not None:
-            self._requeue(node.task, self.now - node.task.start)
-            node.task = None
+            task = node.task
+            self._requeue(task, self.now - task.start)
+            self._free(task, but=node)
         self._set(node, "linger")
         node.epoch += 1
         self._at(self.now + self.linger_s, "release", (node, node.epoch))
@@ -327,9 +362,20 @@ class Sim:
     # -- what policies see ----------------------------------------------------------------
     def view(self) -> View:
         alive = [n for n in self.nodes if self._alive(n)]
+        running = list({id(n.task): n.task for n in self.nodes if n.task is not None}.values())
         return View(visible=len(self.queue), busy=sum(1 for n in self.nodes if n.task is not None),
                     alive=len(alive), booting=sum(1 for n in alive if n.state == "booting"),
-                    spot=sum(1 for n in alive if n.spot))
+                    spot=sum(1 for n in alive if n.spot), running=len(running),
+                    gangs=self._gangs(running) if self.has_gangs else ())
+
+    def _gangs(self, running: list[Task]) -> tuple[Gang, ...]:
+        """The gangs among the queued and running tasks, as upwell.scale.gangs.backlog gives them."""
+        counts: dict[int, list[int]] = {}
+        for tasks, i in ((self.queue, 0), (running, 1)):
+            for t in tasks:
+                if t.nodes > 1:
+                    counts.setdefault(t.nodes, [0, 0])[i] += 1
+        return tuple(Gang(k, queued=q, running=r) for k, (q, r) in sorted(counts.items()))
 
     def active_arrivals(self, after: float | None) -> tuple[tuple[float, int], ...]:
         """(arrival time, 1) of the tasks that arrived after ``after`` and are not done: what the autoscaler

@@ -4,8 +4,9 @@ expanded into tasks with a seed.
 A trace names a workload and the pool it runs on (samples/traces/*.json): ``arrivals`` is a list of
 groups, each a burst (``at_min``, ``count``, optional ``jitter_min`` and ``spread_min``), a Poisson
 stream (``per_min`` from ``from_min`` to ``to_min``) or periodic drops (``every_min``, ``times``), with a
-mean ``duration_min`` and its coefficient of variation ``cv``; ``pool`` and ``boot_minutes`` set the
-pool. The same trace and seed always expand to the same tasks.
+mean ``duration_min`` and its coefficient of variation ``cv``, and the ``nodes`` each of its tasks holds at
+once (a gang, default 1: upwell.shape); ``pool`` and ``boot_minutes`` set the pool. The same trace and seed
+always expand to the same tasks.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def load_trace(path: str | Path) -> Trace:
 
 def estimate_s(trace: Trace) -> float | None:
     """The per-task estimate ingest would write on the job rows (what upwell.cost.forecast learns from earlier
-    results of the same payload): the mean duration of the trace's arrival groups, weighted by their counts."""
+    results of the same payload): the mean duration of the trace's arrival groups, weighted by their counts
+    (one node's seconds: a gang's node time is this times its nodes)."""
     total = weight = 0.0
     for group in trace.arrivals:
         if "per_min" in group:
@@ -96,14 +98,18 @@ def estimate_s(trace: Trace) -> float | None:
     return total / weight if weight > 0 else None
 
 
-def expand(trace: Trace, seed: int) -> list[tuple[float, float]]:
-    """(arrival s, duration s) of every task, sorted; the same for a seed."""
+def expand(trace: Trace, seed: int) -> list[tuple[float, float, int]]:
+    """(arrival s, duration s, nodes) of every task, sorted; the same for a seed (the nodes draw nothing)."""
     rng = random.Random(f"{trace.name}-tasks-{seed}")
-    tasks: list[tuple[float, float]] = []
+    tasks: list[tuple[float, float, int]] = []
     for group in trace.arrivals:
         dur, cv = float(group.get("duration_min", 1.0)) * 60, float(group.get("cv", 0.0))
+        nodes = int(group.get("nodes", 1))
+        if not 1 <= nodes <= trace.max_nodes:
+            raise ConfigError(f"trace {trace.name}: an arrival group's nodes must be 1 to max_nodes "
+                              f"({trace.max_nodes}), got {nodes}: a larger gang would never start")
         times = _arrival_times(group, rng)
-        tasks += [(t, _duration(dur, cv, rng)) for t in times]
+        tasks += [(t, _duration(dur, cv, rng), nodes) for t in times]
     return sorted(tasks)
 
 
