@@ -41,6 +41,11 @@ ENDED_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobStat
                           JobState.CANCELLED})
 
 
+def _inverted(epoch_s: float) -> str:
+    """Milliseconds counted down from a far future, fixed width: later times sort first."""
+    return f"{10**13 - int(epoch_s * 1000):013d}"
+
+
 @dataclass(frozen=True)
 class Entry:
     """One index entity: the job it names, its RowKey, and when the service last wrote it."""
@@ -66,8 +71,8 @@ class JobIndex:
 
     def ended(self, job_id: str) -> None:
         # the ended entry first: a crash between the two leaves an open entry that a reader mends
-        stamp = f"{10**13 - int(time.time() * 1000):013d}"
-        self._write({"PartitionKey": PARTITION, "RowKey": f"{ENDED}{stamp}-{job_id}", "job_id": job_id})
+        self._write({"PartitionKey": PARTITION, "RowKey": f"{ENDED}{_inverted(time.time())}-{job_id}",
+                     "job_id": job_id})
         self.forget(job_id)
 
     def forget(self, job_id: str, row_key: str | None = None) -> None:
@@ -94,9 +99,13 @@ class JobIndex:
         """The ``limit`` latest ended entries: the first page of their range, and no more."""
         return list(self._range(ENDED, per_page=limit)) if limit > 0 else []
 
-    def _range(self, prefix: str, per_page: int | None = None) -> Iterable[Entry]:
+    def ended_since(self, seconds: float) -> list[Entry]:
+        """The entries of the jobs that ended in the last ``seconds``: the head of the ended range."""
+        return list(self._range(ENDED, hi=f"{ENDED}{_inverted(time.time() - seconds)}"))
+
+    def _range(self, prefix: str, per_page: int | None = None, hi: str | None = None) -> Iterable[Entry]:
         flt = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
-        params = {"pk": PARTITION, "lo": prefix, "hi": _AFTER[prefix]}
+        params = {"pk": PARTITION, "lo": prefix, "hi": hi or _AFTER[prefix]}
         try:
             pages = self.table.query_entities(flt, parameters=params, results_per_page=per_page).by_page()
             for page in pages:
@@ -125,6 +134,17 @@ class JobIndex:
             job = read(entry.job_id)
             if job is None or job.status in ENDED_STATES:
                 self.mend(entry, job.status if job else None)
+            else:
+                rows.append(job)
+        return rows
+
+    def ended_jobs(self, read: Callable[[str], JobRow | None], within_s: float) -> list[JobRow]:
+        """The rows of the jobs that ended in the last ``within_s`` seconds (a deleted one is mended)."""
+        rows = []
+        for entry in self.ended_since(within_s):
+            job = read(entry.job_id)
+            if job is None:
+                self.mend(entry, None)
             else:
                 rows.append(job)
         return rows

@@ -152,6 +152,11 @@ class Ledger:
         writes left out, or a job older than the index. How many were missing."""
         return self.index.add_missing(j.job_id for j in jobs if j.status not in ENDED_STATES)
 
+    def ended_jobs(self, within_s: float) -> list[JobRow]:
+        """The jobs that ended (terminal or cancelled) in the last ``within_s`` seconds, through the index:
+        what a periodic pass reads grows with the recent work, not with every job ever run."""
+        return self.index.ended_jobs(self.job, within_s)
+
     def recent_jobs(self, limit: int) -> list[JobRow]:
         """The open jobs and the ``limit`` that ended last, newest created first (at most ``limit`` rows)."""
         return self.index.recent_jobs(self.job, limit)

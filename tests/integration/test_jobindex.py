@@ -34,6 +34,7 @@ def test_the_index_follows_a_job_from_open_to_ended_and_back(store):
     done = ledger.finish_shard(job_id, "s00000", ShardState.SUCCEEDED, {})
     assert done.job_done and job_id not in _open_ids(ledger) and _entries(store, job_id) == ["ended"]
     assert job_id in {j.job_id for j in ledger.recent_jobs(5)}  # the newest created, ended last
+    assert job_id in {j.job_id for j in ledger.ended_jobs(60)}  # the scale timer's report fallback
     ledger.change_job(job_id, lambda row: {"status": JobState.ACCEPTED})  # a re-run reopens it
     assert job_id in _open_ids(ledger)
     cancelled = _job(ledger)
