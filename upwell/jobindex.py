@@ -11,8 +11,9 @@ what they read grows with the open work, never with every job ever run.
 
 Layout: one partition, ``PARTITION``. RowKey ``open-<job id>`` for each job that has not ended
 (ingesting, waiting, accepted, running); RowKey ``ended-<inverted ms>-<job id>`` for each job that
-ended (terminal, or cancelled), newest first, so the latest N are the first N of the range. ('/' may
-not appear in a key: the separator is '-'.)
+ended (terminal, or cancelled), newest first, so the latest N are the first N of the range and the jobs
+that ended in the last minutes are its head (``ended_since``: the scale timer's report fallback). ('/'
+may not appear in a key: the separator is '-'.)
 
 The index is a hint that the job rows confirm: the ledger reads each job row it names and mends what
 it finds stale (``mend``): an open entry of an ended job moves to ended, one whose job row never came
@@ -140,14 +141,16 @@ class JobIndex:
 
     def ended_jobs(self, read: Callable[[str], JobRow | None], within_s: float) -> list[JobRow]:
         """The rows of the jobs that ended in the last ``within_s`` seconds (a deleted one is mended)."""
-        rows = []
+        rows: dict[str, JobRow] = {}
         for entry in self.ended_since(within_s):
+            if entry.job_id in rows:  # ended twice (a re-run in between): one row
+                continue
             job = read(entry.job_id)
             if job is None:
                 self.mend(entry, None)
             else:
-                rows.append(job)
-        return rows
+                rows[job.job_id] = job
+        return list(rows.values())
 
     def recent_jobs(self, read: Callable[[str], JobRow | None], limit: int) -> list[JobRow]:
         """The open jobs and the ``limit`` that ended last, newest created first (at most ``limit`` rows)."""
