@@ -74,6 +74,14 @@ param assignBatchServiceRoles bool = true
 @description('Close the storage account\'s public endpoint and reach it through private endpoints in a new virtual network.')
 param enablePrivateNetwork bool = false
 
+@secure()
+@minLength(16)
+@description('Password of the Batch pools\' user account (the agent runs as the image\'s user; the API requires a password and nothing logs in with it). bicep/hooks/preprovision.sh makes a random one once per environment and keeps it in the azd environment; a redeploy sends the same one.')
+param batchUserPassword string
+
+@description('Recover the environment\'s soft-deleted Key Vault (createMode recover): set by bicep/hooks/preprovision.sh when `azd down` left the vault deleted but not purged (purge protection forbids the purge).')
+param keyVaultRecover bool = false
+
 @description('Run the cpu pool on a spot VM scale set instead of Batch.')
 param enableVmss bool = false
 
@@ -193,6 +201,7 @@ var tableNames = [
   'jobs'
   'scaling'
   'janitor'
+  'jobindex'
 ]
 // Blob-triggered functions (source=EventGrid), the container each one watches and the subject
 // suffix its subscription filters on ('' matches every blob). collect wants only the shards'
@@ -223,7 +232,9 @@ var workerIdentityName = 'id-upwell-worker-${token}'
 var logAnalyticsName = 'log-upwell-${token}'
 var applicationInsightsName = 'appi-upwell-${token}'
 var registryName = 'crupwell${token}'
-var keyVaultName = 'kv-upw-${token}'
+// Key Vault names are global and outlive a deleted vault (soft delete, purge protection) for its retention:
+// one per resource group and environment, and preprovision.sh recovers it after `azd down` (keyVaultRecover).
+var keyVaultName = 'kv-upw-${toLower(uniqueString(subscriptionResourceId('Microsoft.Resources/resourceGroups', rgName), environmentName))}'
 var batchAccountName = 'baupw${token}'
 var systemTopicName = 'evgt-upwell-${token}'
 var vnetName = 'vnet-upwell-${token}'
@@ -321,7 +332,6 @@ module network 'modules/network.bicep' = if (needsNetwork) {
     tags: tags
     privateOnly: enablePrivateNetwork
     aciSubnet: cpuBackend == 'aci'
-    natGateway: enableVmss
   }
 }
 
@@ -358,6 +368,7 @@ module keyVault 'modules/keyvault.bicep' = {
     name: keyVaultName
     location: location
     tags: tags
+    recover: keyVaultRecover
     batchServicePrincipalObjectId: assignBatchServiceRoles ? batchServicePrincipalObjectId : ''
   }
 }
@@ -424,6 +435,7 @@ module batch 'modules/batch.bicep' = {
     registryLoginServer: registry.outputs.loginServer
     storageAccountName: storage.outputs.name
     subnetId: enablePrivateNetwork ? '${vnetId}/subnets/snet-workers' : ''
+    userPassword: batchUserPassword
   }
   dependsOn: [
     batchOrchestration

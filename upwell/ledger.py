@@ -33,6 +33,7 @@ from azure.data.tables import TableTransactionError, UpdateMode
 
 from upwell import names
 from upwell.errors import TransientError
+from upwell.jobindex import ENDED_STATES, JobIndex
 from upwell.rows import (
     TERMINAL_JOB,
     TERMINAL_SHARD,
@@ -84,10 +85,12 @@ _SHARD_ROWS = "PartitionKey eq @pk and RowKey ne @job"
 
 
 class Ledger:
-    """Reads and writes job and shard rows. Keeps only a TableClient."""
+    """Reads and writes job and shard rows. Keeps only a TableClient, and the index of open jobs
+    (upwell.jobindex) that it writes with every job status."""
 
     def __init__(self, storage: Storage):
         self.table = storage.table(names.JOBS_TABLE)
+        self.index = JobIndex(storage)
 
     # -- reads -----------------------------------------------------------------
     def job(self, job_id: str) -> JobRow | None:
@@ -139,6 +142,25 @@ class Ledger:
             for row in self.table.query_entities(flt, parameters=params, select=select):
                 yield JobRow.from_entity(row)
 
+    def open_jobs(self, *statuses: JobState) -> list[JobRow]:
+        """The jobs that have not ended (all of them, or those in ``statuses``), through the index of open
+        jobs: one range read and one point read per open job, never a scan of the table (upwell.jobindex)."""
+        return [j for j in self.index.open_jobs(self.job) if not statuses or j.status in statuses]
+
+    def index_open(self, jobs: list[JobRow]) -> int:
+        """Index those of ``jobs`` (rows just read) that are open and have no entry: what a crash between two
+        writes left out, or a job older than the index. How many were missing."""
+        return self.index.add_missing(j.job_id for j in jobs if j.status not in ENDED_STATES)
+
+    def ended_jobs(self, within_s: float) -> list[JobRow]:
+        """The jobs that ended (terminal or cancelled) in the last ``within_s`` seconds, through the index:
+        what a periodic pass reads grows with the recent work, not with every job ever run."""
+        return self.index.ended_jobs(self.job, within_s)
+
+    def recent_jobs(self, limit: int) -> list[JobRow]:
+        """The open jobs and the ``limit`` that ended last, newest created first (at most ``limit`` rows)."""
+        return self.index.recent_jobs(self.job, limit)
+
     def active_shards(self, job_id: str) -> list[tuple[str, str]]:
         """(server write time, shard id) of the job's shards that an agent is working on now:
         running and not yet released (see shard_released). The per-job concurrency cap counts these."""
@@ -149,39 +171,55 @@ class Ledger:
             shards = [ShardRow.from_entity(r) for r in rows]
         return [(s.written, s.shard_id) for s in shards if not s.released_at]
 
-    def running(self, pool: str) -> list[ShardRow]:
-        """Shard rows that are running on a pool (the ledger's in-flight count). The job row of a
-        running job also says "running" and names the pool: it is not a shard and is left out."""
+    def running(self, pool: str, among: list[JobRow] | None = None) -> list[ShardRow]:
+        """Shard rows that are running on a pool (the ledger's in-flight count), read job by job (one
+        partition each) from ``among`` (the pool's open jobs as the caller holds them; read through the
+        index when not given): a scan of the whole table would grow with every job ever run."""
+        jobs = [j for j in self.open_jobs() if j.pool == pool] if among is None else among
+        out: list[ShardRow] = []
         with _funnel(f"list running shards of pool {pool}"):
-            rows = self.table.query_entities("status eq @s and pool eq @p and RowKey ne @job",
-                                             parameters={"s": ShardState.RUNNING.value, "p": pool,
-                                                         "job": names.JOB_ROW})
-            return [ShardRow.from_entity(r) for r in rows]
+            for job in jobs:
+                rows = self.table.query_entities(f"{_SHARD_ROWS} and status eq @s and pool eq @p",
+                                                 parameters={"pk": job.job_id, "job": names.JOB_ROW,
+                                                             "s": ShardState.RUNNING.value, "p": pool})
+                out += [ShardRow.from_entity(r) for r in rows]
+        return out
 
     # -- creation --------------------------------------------------------------
     def create_job(self, row: JobRow) -> tuple[JobRow, bool]:
-        """Create the job row; if it exists (a redelivery), return the existing one."""
+        """Create the job row; if it exists (a redelivery), return the existing one. The index entry
+        comes first: one left without its row is mended by the readers (upwell.jobindex)."""
+        self.index.moved(row.job_id, row.status)
         with _funnel("create job"):
             try:
                 self.table.create_entity(row.to_entity())
                 return row, True
             except ResourceExistsError:
                 pass
-        return self.job(row.job_id) or row, False
+        held = self.job(row.job_id) or row
+        if held.status != row.status:
+            self.index.moved(held.job_id, held.status)
+        return held, False
 
     def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
         """Create shard rows in transactions of 100; rows that exist are left alone."""
-        for start in range(0, len(rows), 100):
-            chunk = [{**r.to_entity(), "PartitionKey": job_id} for r in rows[start:start + 100]]
-            with _funnel(f"add shards to {job_id}"):
-                try:
-                    self.table.submit_transaction([("create", e) for e in chunk])
-                except TableTransactionError:
-                    for e in chunk:
-                        try:
-                            self.table.create_entity(e)
-                        except ResourceExistsError:
-                            pass
+        with _funnel(f"add shards to {job_id}"):
+            self._batches("create", [{**r.to_entity(), "PartitionKey": job_id} for r in rows])
+
+    def _batches(self, op: str, entities: list[dict]) -> None:
+        """``op`` ("create" or "delete") on one partition's entities, 100 to an entity-group transaction;
+        a refused batch goes one by one, leaving alone rows that exist (create) or are gone (delete)."""
+        for start in range(0, len(entities), 100):
+            chunk = entities[start:start + 100]
+            try:
+                self.table.submit_transaction([(op, e) for e in chunk])
+            except TableTransactionError:
+                for e in chunk:
+                    try:
+                        self.table.create_entity(e) if op == "create" else \
+                            self.table.delete_entity(e["PartitionKey"], e["RowKey"])
+                    except (ResourceExistsError, ResourceNotFoundError):
+                        pass
 
     # -- transitions -----------------------------------------------------------
     def update_job(self, job_id: str, **fields: Any) -> None:
@@ -189,6 +227,8 @@ class Ledger:
         with _funnel(f"update job {job_id}"):
             self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields},
                                      mode=UpdateMode.MERGE)
+        if "status" in fields:
+            self.index.moved(job_id, fields["status"])
 
     def _update_shard(self, job_id: str, shard_id: str,
                       change: Callable[[ShardRow], dict[str, Any] | None]) -> dict | None:
@@ -357,23 +397,18 @@ class Ledger:
 
     def change_job(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
         """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts."""
-        return self._change_row(job_id, names.JOB_ROW, JobRow, change, f"job {job_id}")
+        fields = self._change_row(job_id, names.JOB_ROW, JobRow, change, f"job {job_id}")
+        if fields and "status" in fields:
+            self.index.moved(job_id, fields["status"])
+        return fields
 
     def delete_job(self, job_id: str) -> int:
         """Delete the job row and every shard row; returns how many rows went."""
         with _funnel(f"delete job {job_id}"):
             rows = list(self.table.query_entities("PartitionKey eq @pk", parameters={"pk": job_id},
                                                   select=["PartitionKey", "RowKey"]))
-            for start in range(0, len(rows), 100):
-                ops = [("delete", {"PartitionKey": job_id, "RowKey": r["RowKey"]}) for r in rows[start:start + 100]]
-                try:
-                    self.table.submit_transaction(ops)
-                except TableTransactionError:
-                    for _, e in ops:
-                        try:
-                            self.table.delete_entity(e["PartitionKey"], e["RowKey"])
-                        except ResourceNotFoundError:
-                            pass
+            self.index.forget(job_id)  # its ended entry goes when a reader meets it
+            self._batches("delete", [{"PartitionKey": job_id, "RowKey": r["RowKey"]} for r in rows])
         return len(rows)
 
     def finish_shard(self, job_id: str, shard_id: str, status: ShardState | str, fields: dict, *,
@@ -396,6 +431,8 @@ class Ledger:
                     return Completion(False, False, "")
                 shard = job = None  # held rows serve the first try only
                 done = self._try_finish(shard_row, job_row, status, fields, cost_usd)
+                if done is not None and done.job_done:
+                    self.index.ended(job_id)
                 if done is not None:
                     return done
                 time.sleep(0.01)

@@ -4,7 +4,12 @@
 #  1. registers the resource providers the templates use (a no-op when done);
 #  2. finds the object id of the "Microsoft Azure Batch" service principal in this
 #     tenant (the same app id everywhere) for user-subscription mode;
-#  3. defaults the owner tag to the signed-in user.
+#  3. defaults the owner tag to the signed-in user;
+#  4. makes the Batch pools' user password once per environment (a secret kept in
+#     the azd environment, passed as a @secure() parameter);
+#  5. asks for the environment's Key Vault to be recovered when `azd down` left it
+#     soft-deleted: purge protection keeps its name reserved, so creating it again
+#     would fail.
 set -eu
 
 command -v az >/dev/null 2>&1 || { echo "preprovision: the az CLI is required (docs/deploy.md)" >&2; exit 1; }
@@ -34,4 +39,29 @@ if [ -z "${UPWELL_OWNER:-}" ]; then
   who=$(az ad signed-in-user show --query userPrincipalName -o tsv 2>/dev/null || az account show --query user.name -o tsv)
   azd env set UPWELL_OWNER "$who"
   echo "preprovision: owner tag set to $who (azd env set UPWELL_OWNER <owner> to change it)"
+fi
+
+if [ -z "${UPWELL_BATCH_USER_PASSWORD:-}" ]; then
+  # 32 random characters, and one of each class for any password rule; never printed.
+  pw="$(head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9' | head -c 32)Aa1-"
+  azd env set UPWELL_BATCH_USER_PASSWORD "$pw"
+  echo "preprovision: made the Batch pools' user password (kept in the azd environment)"
+fi
+
+# The vault this environment deployed last (an azd output), else any upwell vault of its resource group.
+recover=false
+if [ -n "${AZURE_KEY_VAULT_NAME:-}" ]; then
+  if az keyvault show-deleted --name "$AZURE_KEY_VAULT_NAME" --query name -o tsv >/dev/null 2>&1; then
+    recover=true
+  fi
+else
+  rg="${AZURE_RESOURCE_GROUP:-rg-upwell-${AZURE_ENV_NAME:-}}"
+  if az keyvault list-deleted --resource-type vault --query "[?starts_with(name, 'kv-upw-')].properties.vaultId" \
+       -o tsv 2>/dev/null | grep -qi "/resourceGroups/$rg/"; then
+    recover=true
+  fi
+fi
+azd env set UPWELL_KEY_VAULT_RECOVER "$recover"
+if [ "$recover" = true ]; then
+  echo "preprovision: the environment's Key Vault is soft-deleted (azd down); this provision recovers it"
 fi

@@ -32,6 +32,10 @@ param storageAccountName string
 @description('Subnet for the pools; empty for Batch-managed networking.')
 param subnetId string = ''
 
+@secure()
+@description('Password of the pools\' user account: a secret of the environment (main.bicep batchUserPassword), never derived from names.')
+param userPassword string
+
 @description('Marketplace image for the nodes: the HPC image ships Docker, InfiniBand and NVIDIA drivers.')
 param imageReference object = {
   publisher: 'microsoft-dsvm'
@@ -123,12 +127,13 @@ resource batchPools 'Microsoft.Batch/batchAccounts/pools@2025-06-01' = [for p in
         nodeDeallocationOption: 'TaskCompletion'
       }
     }
-    // The image's user for the start task (userIdentity). The API requires a password; no login uses it,
-    // and it is derived, not random, so that a redeploy sends the same account.
+    // The image's user for the start task (userIdentity). The API requires a password; no login uses it.
+    // It is a secure parameter kept in the azd environment, so that a redeploy sends the same account:
+    // a uniqueString of names would be a password anyone who reads this template can compute.
     userAccounts: [
       {
         name: 'upwell'
-        password: '${uniqueString(resourceGroup().id, name, p.id)}-Aa1'
+        password: userPassword
         elevationLevel: 'NonAdmin'
         linuxUserConfiguration: {
           uid: 10001

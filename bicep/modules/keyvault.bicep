@@ -9,6 +9,9 @@ param tags object
 @description('Object id of the "Microsoft Azure Batch" service principal in this tenant (app id ddbf3205-c6bd-46ae-8127-60eb93363864).')
 param batchServicePrincipalObjectId string
 
+@description('Recover the soft-deleted vault of this name instead of creating one: after `azd down` the vault stays deleted, its name reserved, for softDeleteRetentionInDays, and purge protection forbids purging it, so a create would fail (bicep/hooks/preprovision.sh sets this).')
+param recover bool = false
+
 @description('Days a deleted vault stays recoverable (and its name reserved).')
 @minValue(7)
 @maxValue(90)
@@ -26,6 +29,7 @@ resource vault 'Microsoft.KeyVault/vaults@2025-05-01' = {
   tags: tags
   properties: {
     tenantId: subscription().tenantId
+    createMode: recover ? 'recover' : 'default'
     sku: {
       family: 'A'
       name: 'standard'

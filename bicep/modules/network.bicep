@@ -4,6 +4,15 @@
 //   app      Flex Consumption VNet integration (delegated), privateOnly only
 //   pe       private endpoints, privateOnly only
 //   aci      container groups created by the scaler (delegated), privateOnly + ACI only
+//
+// Outbound: default outbound access is retired for new virtual networks (subnets
+// are private by default: "Default outbound access in Azure", learn.microsoft.com/
+// azure/virtual-network/ip-services/default-outbound-access). Every subnet whose
+// machines call out (workers pull images and reach Batch, queues and ARM; the app
+// calls ARM and Batch; container groups pull images) is therefore given explicit
+// outbound access, a NAT gateway with a static public IP, and says
+// defaultOutboundAccess: false so that nothing depends on the retired path. The
+// private-endpoint subnet makes no outbound calls and gets none.
 
 param vnetName string
 param location string
@@ -14,9 +23,6 @@ param privateOnly bool = false
 
 @description('Create the delegated subnet for container groups.')
 param aciSubnet bool = false
-
-@description('Give the workers subnet a NAT gateway for outbound traffic (scale set nodes have no public IP).')
-param natGateway bool = false
 
 param addressPrefix string = '10.42.0.0/16'
 param workersPrefix string = '10.42.16.0/20'
@@ -31,9 +37,10 @@ var workersSubnet = {
     networkSecurityGroup: {
       id: workersNsg.id
     }
-    natGateway: natGateway ? {
+    natGateway: {
       id: nat.id
-    } : null
+    }
+    defaultOutboundAccess: false
   }
 }
 var appSubnet = {
@@ -43,6 +50,10 @@ var appSubnet = {
     networkSecurityGroup: {
       id: workersNsg.id
     }
+    natGateway: {
+      id: nat.id
+    }
+    defaultOutboundAccess: false
     delegations: [
       {
         name: 'flex'
@@ -61,6 +72,7 @@ var peSubnet = {
       id: workersNsg.id
     }
     privateEndpointNetworkPolicies: 'Enabled'
+    defaultOutboundAccess: false
   }
 }
 var aciSubnetDef = {
@@ -70,6 +82,10 @@ var aciSubnetDef = {
     networkSecurityGroup: {
       id: workersNsg.id
     }
+    natGateway: {
+      id: nat.id
+    }
+    defaultOutboundAccess: false
     delegations: [
       {
         name: 'aci'
@@ -92,7 +108,7 @@ resource workersNsg 'Microsoft.Network/networkSecurityGroups@2025-09-01' = {
   }
 }
 
-resource natIp 'Microsoft.Network/publicIPAddresses@2025-09-01' = if (natGateway) {
+resource natIp 'Microsoft.Network/publicIPAddresses@2025-09-01' = {
   name: 'pip-nat-${vnetName}'
   location: location
   tags: tags
@@ -104,7 +120,7 @@ resource natIp 'Microsoft.Network/publicIPAddresses@2025-09-01' = if (natGateway
   }
 }
 
-resource nat 'Microsoft.Network/natGateways@2025-09-01' = if (natGateway) {
+resource nat 'Microsoft.Network/natGateways@2025-09-01' = {
   name: 'nat-${vnetName}'
   location: location
   tags: tags

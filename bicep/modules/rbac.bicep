@@ -55,7 +55,7 @@ var storageBlobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe'
 var storageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88'
 // Storage Queue Data Reader: queue lengths for `upwell status`.
 var storageQueueDataReader = '19e7f393-937e-4f77-808e-94535e297925'
-// Storage Table Data Contributor: the ledger (jobs) and the scaler's state (scaling).
+// Storage Table Data Contributor: the ledger (jobs, and its index of open jobs: jobindex) and the scaler's state (scaling).
 var storageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3'
 // Storage Table Data Reader: the ledger for `upwell status`.
 var storageTableDataReader = '76199698-9eea-4c19-bc75-cec21354c6b6'

@@ -49,7 +49,21 @@ param privateOnly bool = false
 @description('Log Analytics workspace that receives the storage read/write/delete logs.')
 param logAnalyticsId string
 
+// Network access. Researchers upload from laptops with Storage Explorer, so the
+// public endpoint stays open by default (Entra ID only, no keys, no SAS).
+// privateOnly=true denies it to every network (defaultAction Deny, no IP or
+// virtual-network rule) and the app and the workers come in through the private
+// endpoints. Public network access stays Enabled even then, because Disabled
+// refuses the trusted-service exception too, and Event Grid writes dead letters
+// from outside the virtual network, through the public endpoint, as a trusted
+// service with its system-assigned identity (Event Grid docs, dead-letter and
+// retry policies, and storage queue as an event handler; behind a firewall only
+// the system-assigned identity works, and only with the trusted services
+// exception). Disabled would lose an undeliverable event instead of keeping it.
+// The topic identity holds Blob Data Contributor on the dead-letter container
+// alone (eventtopic.bicep).
 resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' = {
+  // checkov:skip=CKV_AZURE_59: Public network access stays Enabled on purpose. By default researchers upload with Storage Explorer (Entra ID only); with enablePrivateNetwork every network is denied (defaultAction Deny) and Disabled would also refuse the trusted-service path that Event Grid dead letters take (CKV_UPW_6).
   // checkov:skip=CKV_AZURE_35: Researchers upload with Storage Explorer from their own networks, so the endpoint is public by default (Entra ID only: no keys, no SAS, no anonymous access). enablePrivateNetwork=true sets defaultAction Deny and adds private endpoints.
   // checkov:skip=CKV_AZURE_206: The default is ZRS (three zones in the region). Geo-replication roughly doubles the storage bill; results can be recomputed and inputs have an owner copy. storageSku allows GRS/GZRS/RA-GZRS.
   name: name
@@ -69,14 +83,13 @@ resource storage 'Microsoft.Storage/storageAccounts@2025-08-01' = {
     supportsHttpsTrafficOnly: true
     isLocalUserEnabled: false
     isSftpEnabled: false
-    publicNetworkAccess: privateOnly ? 'Disabled' : 'Enabled'
+    // Never Disabled, see the note above: Event Grid dead letters come through here.
+    publicNetworkAccess: 'Enabled'
     networkAcls: {
-      // Researchers upload from laptops with Storage Explorer, so the public
-      // endpoint stays open by default (Entra ID only, no keys, no SAS).
-      // privateOnly=true closes it; trusted services (Event Grid's dead-letter
-      // delivery with its managed identity) still get through.
       bypass: 'AzureServices'
       defaultAction: privateOnly ? 'Deny' : 'Allow'
+      ipRules: []
+      virtualNetworkRules: []
     }
     encryption: {
       keySource: 'Microsoft.Storage'

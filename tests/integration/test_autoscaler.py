@@ -148,7 +148,7 @@ def test_one_ledger_scan_per_pool_and_the_busy_set_reaches_the_pool(store):
     scaler = _scaler(store, spec, pool)
     scans = []
     real = scaler.ledger.running
-    scaler.ledger.running = lambda p: scans.append(p) or real(p)
+    scaler.ledger.running = lambda p, *among: scans.append(p) or real(p, *among)
     scaler.adapt()
     assert scans == [name]  # the policy's in-flight count and the backend's busy set: one read
     assert pool.busy == {f"{name}-1"}

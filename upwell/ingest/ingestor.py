@@ -178,7 +178,7 @@ def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None 
     ledger = ledger or Ledger(storage)
     ingestor = Ingestor(storage, settings, ledger)
     seen = []
-    for job in ledger.jobs(JobState.WAITING):
+    for job in ledger.open_jobs(JobState.WAITING):  # through the ledger's index of open jobs: no table scan
         source = job.source_blob
         out = ingestor.ingest(source[len(names.INCOMING) + 1:]) if source.startswith(f"{names.INCOMING}/") else None
         if out is None or out.status == "skipped":

@@ -280,7 +280,10 @@ class Reconciler:
 
     def _results(self, result: Pass, state: dict, redrives: dict) -> None:
         cutoff = self.clock() - self.settings.reconcile_grace_s
-        for job in self.ledger.jobs(*ACTIVE_JOB):
+        active = list(self.ledger.jobs(*ACTIVE_JOB))  # this slow timer's one scan of the jobs table
+        if not self.dry_run:
+            self.ledger.index_open(active)  # the scale timer reads the open jobs through the ledger's index
+        for job in active:
             job_id = job.job_id
             open_shards = {r.shard_id for r in self.ledger.shards(job_id) if r.status not in TERMINAL_SHARD}
             if not open_shards:

@@ -20,6 +20,7 @@ from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
 log = logs.get("upwell.results.publish")
+REPORT_WINDOW_S = 900.0  # the scale timer re-asks for reports of the jobs that ended this recently
 CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png"}
 
 
@@ -83,14 +84,16 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
 def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0,
               jobs: Iterable[JobRow] | None = None) -> list[str]:
     """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash).
-    ``jobs``: the job rows to look at (default: every terminal job)."""
+    ``jobs``: the job rows to look at (default: those that ended in the last ``REPORT_WINDOW_S``, through the
+    ledger's index: the scale timer calls this every run, and a read of every terminal job would grow with
+    every job ever run; the reconciler's pass, upwell.ops.reconcile, looks further back)."""
     import time
 
     from upwell.results.collect import request_report
 
     ledger = ledger or Ledger(storage)
     requeued = []
-    rows = ledger.jobs(*[s for s in TERMINAL_JOB if s != JobState.REJECTED]) if jobs is None else jobs
+    rows = ledger.ended_jobs(REPORT_WINDOW_S) if jobs is None else jobs
     for job in rows:
         if job.status not in TERMINAL_JOB or job.status == JobState.REJECTED:
             continue

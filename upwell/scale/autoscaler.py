@@ -78,9 +78,10 @@ class Autoscaler:
             return {}
         try:
             decisions = {}
-            # One scan of the job rows per run, not per pool. Jobs still being ingested are read too: their
-            # shard count is written before their messages are sent (the policy's prewarm and arrivals).
-            rows = list(self.ledger.jobs(*ACTIVE, JobState.INGESTING))
+            # The open jobs once per run, not per pool, through the ledger's index (never a table scan).
+            # Jobs still being ingested are read too: their shard count is written before their messages
+            # are sent (the policy's prewarm and arrivals).
+            rows = self.ledger.open_jobs(*ACTIVE, JobState.INGESTING)
             active = [j for j in rows if j.status in ACTIVE]
             ingesting = [j for j in rows if j.status == JobState.INGESTING and j.shards_total > 0]
             for name, spec in self.settings.pools.items():
@@ -131,7 +132,7 @@ class Autoscaler:
 
     def adapt_pool(self, spec: PoolSpec, jobs: list[JobRow], ingesting: list[JobRow] = ()) -> scaling.Decision:
         pool = self.pool(spec)
-        running = self.ledger.running(spec.name)  # once per pool per run: the policy's and the backend's view
+        running = self.ledger.running(spec.name, jobs)  # once per pool per run: the policy's and the backend's view
         busy = {r.node for r in running if r.node}  # a backend never removes these nodes
         status = pool.status(busy=busy)
         obs = self.observe(spec, status, jobs, pool, running, list(ingesting))

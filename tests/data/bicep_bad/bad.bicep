@@ -10,8 +10,9 @@ var tags = {
   environment: 'dev'
 }
 
-// CKV_UPW_1 (public blobs), CKV_UPW_2 (shared keys), CKV_UPW_3 (old TLS) and
-// CKV_UPW_4 (no expiry tag) all fail here.
+// CKV_UPW_1 (public blobs), CKV_UPW_2 (shared keys), CKV_UPW_3 (old TLS),
+// CKV_UPW_4 (no expiry tag) and CKV_UPW_6 (public access disabled, no trusted
+// services: Event Grid's dead letters are refused) all fail here.
 resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
   name: 'stupwellbad'
   location: location
@@ -24,6 +25,11 @@ resource storage 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     allowBlobPublicAccess: publicAccess
     allowSharedKeyAccess: true
     minimumTlsVersion: 'TLS1_0'
+    publicNetworkAccess: 'Disabled'
+    networkAcls: {
+      bypass: 'None'
+      defaultAction: 'Deny'
+    }
   }
 }
 
@@ -39,6 +45,24 @@ resource batch 'Microsoft.Batch/batchAccounts@2024-07-01' = {
       'AAD'
       'SharedKey'
     ]
+  }
+}
+
+// CKV_UPW_7: purge protection and a fixed name, and no way back after azd down.
+resource vault 'Microsoft.KeyVault/vaults@2023-07-01' = {
+  name: 'kv-upwell-bad'
+  location: location
+  tags: union(tags, {
+    expiry: '2030-01-01'
+  })
+  properties: {
+    tenantId: subscription().tenantId
+    sku: {
+      family: 'A'
+      name: 'standard'
+    }
+    enableRbacAuthorization: true
+    enablePurgeProtection: true
   }
 }
 

@@ -1,0 +1,172 @@
+"""The index of open jobs: Table `jobindex`, written and read only by the ledger (upwell.ledger).
+
+Why it exists: a query of the `jobs` table that names no PartitionKey is a *table scan*; the service
+reads every entity of the table to answer it, however few match, page after page of continuation
+tokens. Only a point query (PartitionKey and RowKey) and a range query (one PartitionKey, a RowKey
+range) read just what they return (Azure Storage, "Design for querying" and "Table design patterns:
+index entities pattern", learn.microsoft.com/azure/storage/tables/table-storage-design-for-query and
+.../table-storage-design-patterns). The scale timer runs every 30 s and the dashboard on every refresh;
+through this index they read one RowKey range of one partition and then each open job by its keys, so
+what they read grows with the open work, never with every job ever run.
+
+Layout: one partition, ``PARTITION``. RowKey ``open-<job id>`` for each job that has not ended
+(ingesting, waiting, accepted, running); RowKey ``ended-<inverted ms>-<job id>`` for each job that
+ended (terminal, or cancelled), newest first, so the latest N are the first N of the range and the jobs
+that ended in the last minutes are its head (``ended_since``: the scale timer's report fallback). ('/'
+may not appear in a key: the separator is '-'.)
+
+The index is a hint that the job rows confirm: the ledger reads each job row it names and mends what
+it finds stale (``mend``): an open entry of an ended job moves to ended, one whose job row never came
+(a crash between the two writes) goes after ``GRACE_S``. An ended entry of a deleted job goes when a
+reader meets it. What a crash left out (an open job without an entry) the reconciler adds (``add_missing``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+from upwell import names
+from upwell.rows import JobRow, JobState
+from upwell.storage import Storage, storage_error
+
+PARTITION = "jobs"
+OPEN, ENDED = "open-", "ended-"
+_AFTER = {OPEN: "open.", ENDED: "ended."}  # '.' sorts right after '-': the end of each RowKey range
+GRACE_S = 600.0  # an open entry with no job row is a crash between the two writes only after this long
+ENDED_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobState.FAILED, JobState.REJECTED,
+                          JobState.CANCELLED})
+
+
+def _inverted(epoch_s: float) -> str:
+    """Milliseconds counted down from a far future, fixed width: later times sort first."""
+    return f"{10**13 - int(epoch_s * 1000):013d}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One index entity: the job it names, its RowKey, and when the service last wrote it."""
+
+    job_id: str
+    row_key: str
+    written: datetime | None
+
+
+class JobIndex:
+    """Keeps only a TableClient. Every SDK error leaves as an upwell error (upwell.storage.storage_error)."""
+
+    def __init__(self, storage: Storage):
+        self.table = storage.table(names.JOB_INDEX_TABLE)
+
+    # -- writes: the ledger calls ``moved`` with every job status it writes ------------------------
+    def moved(self, job_id: str, status: JobState | str) -> None:
+        """Index the job as its new status says: an open entry, or an ended one (and no open entry)."""
+        if JobState(status) in ENDED_STATES:
+            self.ended(job_id)
+        else:
+            self._write({"PartitionKey": PARTITION, "RowKey": OPEN + job_id, "job_id": job_id})
+
+    def ended(self, job_id: str) -> None:
+        # the ended entry first: a crash between the two leaves an open entry that a reader mends
+        self._write({"PartitionKey": PARTITION, "RowKey": f"{ENDED}{_inverted(time.time())}-{job_id}",
+                     "job_id": job_id})
+        self.forget(job_id)
+
+    def forget(self, job_id: str, row_key: str | None = None) -> None:
+        """Delete the job's open entry (or the entry ``row_key``); one already gone is fine."""
+        try:
+            self.table.delete_entity(PARTITION, row_key or OPEN + job_id)
+        except ResourceNotFoundError:
+            pass
+        except AzureError as exc:
+            raise storage_error(exc, f"unindex job {job_id}") from None
+
+    def _write(self, entity: dict) -> None:
+        try:
+            self.table.upsert_entity(entity)
+        except AzureError as exc:
+            raise storage_error(exc, f"index job {entity['job_id']}") from None
+
+    # -- reads -------------------------------------------------------------------------------------
+    def open_entries(self) -> list[Entry]:
+        """Every open entry: one RowKey range of one partition."""
+        return list(self._range(OPEN))
+
+    def ended_entries(self, limit: int) -> list[Entry]:
+        """The ``limit`` latest ended entries: the first page of their range, and no more."""
+        return list(self._range(ENDED, per_page=limit)) if limit > 0 else []
+
+    def ended_since(self, seconds: float) -> list[Entry]:
+        """The entries of the jobs that ended in the last ``seconds``: the head of the ended range."""
+        return list(self._range(ENDED, hi=f"{ENDED}{_inverted(time.time() - seconds)}"))
+
+    def _range(self, prefix: str, per_page: int | None = None, hi: str | None = None) -> Iterable[Entry]:
+        flt = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
+        params = {"pk": PARTITION, "lo": prefix, "hi": hi or _AFTER[prefix]}
+        try:
+            pages = self.table.query_entities(flt, parameters=params, results_per_page=per_page).by_page()
+            for page in pages:
+                yield from (Entry(str(e.get("job_id") or ""), e["RowKey"], e.metadata.get("timestamp"))
+                            for e in page)
+                if per_page:
+                    return
+        except AzureError as exc:
+            raise storage_error(exc, "read the index of open jobs") from None
+
+    # -- repair ------------------------------------------------------------------------------------
+    def mend(self, entry: Entry, status: JobState | None) -> None:
+        """Put right an entry that its job row (``status``; None: no row) contradicts."""
+        if entry.row_key.startswith(ENDED):
+            if status is None:  # the job was deleted (upwell.lifecycle cleanup)
+                self.forget(entry.job_id, entry.row_key)
+        elif status is not None:
+            self.moved(entry.job_id, status)
+        elif entry.written is None or (datetime.now(UTC) - entry.written).total_seconds() > GRACE_S:
+            self.forget(entry.job_id, entry.row_key)
+
+    def open_jobs(self, read: Callable[[str], JobRow | None]) -> list[JobRow]:
+        """The job rows (``read`` by id) of the open entries; an entry that its row contradicts is mended."""
+        rows = []
+        for entry in self.open_entries():
+            job = read(entry.job_id)
+            if job is None or job.status in ENDED_STATES:
+                self.mend(entry, job.status if job else None)
+            else:
+                rows.append(job)
+        return rows
+
+    def ended_jobs(self, read: Callable[[str], JobRow | None], within_s: float) -> list[JobRow]:
+        """The rows of the jobs that ended in the last ``within_s`` seconds (a deleted one is mended)."""
+        rows: dict[str, JobRow] = {}
+        for entry in self.ended_since(within_s):
+            if entry.job_id in rows:  # ended twice (a re-run in between): one row
+                continue
+            job = read(entry.job_id)
+            if job is None:
+                self.mend(entry, None)
+            else:
+                rows[job.job_id] = job
+        return list(rows.values())
+
+    def recent_jobs(self, read: Callable[[str], JobRow | None], limit: int) -> list[JobRow]:
+        """The open jobs and the ``limit`` that ended last, newest created first (at most ``limit`` rows)."""
+        rows = {j.job_id: j for j in self.open_jobs(read)}
+        for entry in self.ended_entries(limit):
+            job = rows.get(entry.job_id) or read(entry.job_id)
+            if job is None:
+                self.mend(entry, None)
+            else:
+                rows[job.job_id] = job
+        return sorted(rows.values(), key=lambda j: j.created_at, reverse=True)[:limit]
+
+    def add_missing(self, open_job_ids: Iterable[str]) -> int:
+        """Add an open entry for each of these jobs that has none; how many were added."""
+        have = {e.job_id for e in self.open_entries()}
+        added = [j for j in open_job_ids if j not in have]
+        for job_id in added:
+            self.moved(job_id, JobState.ACCEPTED)
+        return len(added)
