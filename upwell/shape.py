@@ -98,7 +98,8 @@ def check_pool(shape: Shape, spec, field: str = "resources") -> None:
         raise GangUnsupported(
             f"Batch pool {spec.name!r} has no gangs; a shard of {shape.nodes} nodes needs a Batch pool with "
             f"options.gangs (multi-instance tasks) or a slurm pool", field=f"{field}.nodes")
-    if shape.nodes > spec.max_nodes:
+    # One node on a pool of max_nodes 0 is a paused pool's work, which waits; a gang needs k nodes at once.
+    if shape.nodes > 1 and shape.nodes > spec.max_nodes:
         raise TooManyNodes(f"the shard asks for {shape.nodes} nodes; pool {spec.name!r} has at most "
                            f"{spec.max_nodes} (max_nodes), so it would never start", field=f"{field}.nodes",
                            limit=f"max_nodes={spec.max_nodes}")

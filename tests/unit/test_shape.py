@@ -38,6 +38,7 @@ def test_more_nodes_than_the_pool_has_is_refused_by_name():
         shape.check_pool(shape.Shape(3, 3), pool(max_nodes=2, cores_per_node=8))
     assert err.value.to_dict()["error"] == "TooManyNodes" and err.value.limit == "max_nodes=2"
     shape.check_pool(shape.Shape(2, 2), pool(max_nodes=2, cores_per_node=8))  # at the limit: fine
+    shape.check_pool(shape.Shape(1, 1), pool(max_nodes=0, cores_per_node=8))  # a paused pool's work waits
 
 
 @pytest.mark.parametrize("backend", ["vmss", "aci", "local"])
