@@ -193,6 +193,7 @@ var tableNames = [
   'jobs'
   'scaling'
   'janitor'
+  'nodes'
 ]
 // Blob-triggered functions (source=EventGrid), the container each one watches and the subject
 // suffix its subscription filters on ('' matches every blob). collect wants only the shards'

@@ -55,7 +55,8 @@ ALL_QUEUES = QUEUES + tuple(poison_queue(q) for q in QUEUES)
 JOBS_TABLE = "jobs"
 SCALE_TABLE = "scaling"
 JANITOR_TABLE = "janitor"  # every janitor finding and action (upwell.ops.findings)
-TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE)
+NODES_TABLE = "nodes"  # the agents' heartbeats and the scaler's drain marks (upwell.nodelog)
+TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE, NODES_TABLE)
 JOB_ROW = "job"
 
 # The connection the functions bind to ("connection=" in the handlers).  On Azure
