@@ -82,6 +82,7 @@ class NodeRow:
     spot: bool = False
     draining: bool = False
     drain_at: str = ""
+    nodes: int = 1  # the allocation the agent stands for: k for a gang agent (UPWELL_GANG_NODES), else 1
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.beat)
@@ -105,13 +106,13 @@ class NodeRow:
                    beat=float(entity.get("beat") or 0.0), beat_at=str(entity.get("beat_at") or ""),
                    started_at=str(entity.get("started_at") or ""), vm_size=str(entity.get("vm_size") or ""),
                    spot=bool(entity.get("spot")), draining=bool(entity.get("draining")),
-                   drain_at=str(entity.get("drain_at") or ""))
+                   drain_at=str(entity.get("drain_at") or ""), nodes=max(int(entity.get("nodes") or 1), 1))
 
     def beat_entity(self, *, first: bool) -> dict[str, Any]:
         """The agent's fields only (a MERGE keeps the scaler's); the first beat also clears ``draining``."""
         entity = {"PartitionKey": self.pool, "RowKey": self.node, "state": self.state.value,
                   "shards": ",".join(self.shards)[:4000], "beat": self.beat, "beat_at": self.beat_at,
-                  "started_at": self.started_at, "vm_size": self.vm_size, "spot": self.spot}
+                  "started_at": self.started_at, "vm_size": self.vm_size, "spot": self.spot, "nodes": self.nodes}
         if first:
             entity.update(draining=False, drain_at="")
         return entity
@@ -171,8 +172,7 @@ class NodeLog:
 
 
 def beat_row(pool: str, node: str, state: NodeState, shards: Iterable[str], *, started_at: str, vm_size: str,
-             spot: bool, now: float | None = None) -> NodeRow:
+             spot: bool, nodes: int = 1) -> NodeRow:
     """A beat of now: the row an agent writes."""
-    at = time.time() if now is None else now
-    return NodeRow(pool=pool, node=node, state=state, shards=tuple(shards), beat=at, beat_at=now_iso(),
-                   started_at=started_at, vm_size=vm_size, spot=spot)
+    return NodeRow(pool=pool, node=node, state=state, shards=tuple(shards), beat=time.time(), beat_at=now_iso(),
+                   started_at=started_at, vm_size=vm_size, spot=spot, nodes=nodes)

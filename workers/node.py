@@ -22,47 +22,48 @@ from typing import Any
 
 from upwell.errors import UpwellError
 from upwell.nodelog import NodeLog, NodeState, beat_row
+from upwell.settings import env_int
 from upwell.timeutil import now_iso
 
 
 class Heartbeat:
     """Beats of one node. State: the state last written and when (monotonic), whether this is the first
-    beat, and the draining mark last read; one lock, as the slots and the loop tick from their own threads.
+    beat, and the draining mark last read and when; one lock, as the slots and the loop tick from their own threads.
     A failed write is logged and tried again at the next tick: the work in hand never waits on it."""
 
     def __init__(self, log: NodeLog, pool: str, node: str, *, beat_s: float, vm_size: str = "", spot: bool = False,
-                 logger: Any = None, clock=time.monotonic) -> None:
-        self.log, self.pool, self.node, self.beat_s = log, pool, node, beat_s
+                 nodes: int = 1, logger: Any = None, clock=time.monotonic) -> None:
+        self.log, self.pool, self.node, self.beat_s, self.nodes = log, pool, node, beat_s, nodes
         self.vm_size, self.spot, self.logger, self.clock = vm_size, spot, logger, clock
         self.started_at = now_iso()
         self.draining = False
         self._last: NodeState | None = None
-        self._last_at = float("-inf")
+        self._last_at = self._read_at = float("-inf")
         self._first = True
         self._lock = threading.Lock()
 
     def beat(self, state: NodeState, shards: list[str], *, force: bool = False) -> bool:
-        """Write the node's state if it changed, if ``force``, or if ``beat_s`` has passed (then also read
-        the draining mark first); returns whether the node is marked draining."""
+        """Write the node's state if it changed, if ``force``, or if ``beat_s`` has passed since the last write;
+        read the draining mark when ``beat_s`` has passed since the last read (a busy agent whose state changes
+        often still reads it). Returns whether the node is marked draining."""
         with self._lock:
             now = self.clock()
-            periodic = now - self._last_at >= self.beat_s
-            if self.draining and state is NodeState.RUNNING:
-                state = NodeState.DRAINING
-            if not (force or periodic or state != self._last):
-                return self.draining
             try:
-                if periodic and not self._first:
+                if not self._first and now - self._read_at >= self.beat_s:
                     row = self.log.get(self.pool, self.node)
-                    self.draining = bool(row and row.draining)
-                    if self.draining and state is NodeState.RUNNING:
-                        state = NodeState.DRAINING
+                    self.draining, self._read_at = bool(row and row.draining), now
+                if self.draining and state is NodeState.RUNNING:
+                    state = NodeState.DRAINING
+                if not (force or state != self._last or now - self._last_at >= self.beat_s):
+                    return self.draining
                 self.log.beat(beat_row(self.pool, self.node, state, shards, started_at=self.started_at,
-                                       vm_size=self.vm_size, spot=self.spot), first=self._first)
+                                       vm_size=self.vm_size, spot=self.spot, nodes=self.nodes), first=self._first)
             except UpwellError as exc:
                 if self.logger is not None:
                     self.logger.warning("agent.beat_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
                 return self.draining
+            if self._first:
+                self._read_at = now
             self._last, self._last_at, self._first = state, now, False
             return self.draining
 
@@ -153,6 +154,9 @@ class Node:
 
 
 def heartbeat(storage: Any, config: Any, logger: Any) -> Heartbeat:
-    """The agent's heartbeat into the nodes table of ``storage``, at ``config.beat_s``."""
+    """The agent's heartbeat into the nodes table of ``storage``, at ``config.beat_s``. A gang agent stands for
+    its allocation's k nodes (``UPWELL_GANG_NODES``, the gang contract's variable, set by its pool), so the
+    scaler counts nodes, as its target does."""
+    nodes = env_int(os.environ, "UPWELL_GANG_NODES", 1, minimum=1)
     return Heartbeat(NodeLog(storage), config.pool, config.node_id, beat_s=config.beat_s, vm_size=config.vm_size,
-                     spot=config.spot, logger=logger)
+                     spot=config.spot, nodes=nodes, logger=logger)

@@ -86,7 +86,7 @@ def alive(pid: int) -> bool:
 
 def test_c_a_hung_agent_is_found_dead_removed_by_id_and_its_shard_finishes_elsewhere(stack, beats):
     store, ledger, nodelog = stack.storage, Ledger(stack.storage), NodeLog(stack.storage)
-    settings = Settings()
+    settings, started = Settings(), time.monotonic()
     pool = LocalPool(settings.pools[POOL], stack.state_dir, idle_exit_s=30)
     scaler = Autoscaler(store, settings, pools={POOL: pool}, liveness=beats, state_dir=stack.state_dir)
     job_id, shards = submit(store, "hung", shards=2, sleep_s=4)
@@ -120,13 +120,14 @@ def test_c_a_hung_agent_is_found_dead_removed_by_id_and_its_shard_finishes_elsew
     assert ledger.shard(job_id, shard).attempts >= 2  # its lease came back through visibility
     missing = lost(store, job_id, shards)
     harness.TABLE.append(vars(harness.Counts(fault="hung agent (SIGSTOP): dead, removed by id", shards=len(shards),
-                                             kills=1, lost=missing)))
+                                             kills=1, retries=1, lost=missing,
+                                             seconds=round(time.monotonic() - started, 1))))
     assert missing == 0
 
 
 def test_d_scale_in_while_nodes_are_busy_removes_only_idle_nodes(stack, beats):
     store, ledger, nodelog = stack.storage, Ledger(stack.storage), NodeLog(stack.storage)
-    settings = Settings()
+    settings, started = Settings(), time.monotonic()
     pool = LocalPool(settings.pools[POOL], stack.state_dir, idle_exit_s=60)
     removals: list[tuple[list[str], bool, set[str], dict]] = []
     remove = pool.remove
@@ -171,5 +172,6 @@ def test_d_scale_in_while_nodes_are_busy_removes_only_idle_nodes(stack, beats):
         assert ledger.shard(job_id, shard).attempts == 1
     missing = lost(store, job_id, shards)
     harness.TABLE.append(vars(harness.Counts(fault="scale-in with busy nodes: drain, remove idle by id",
-                                             shards=len(shards), lost=missing)))
+                                             shards=len(shards), lost=missing,
+                                             seconds=round(time.monotonic() - started, 1))))
     assert missing == 0

@@ -6,9 +6,9 @@ The Autoscaler calls ``tend`` once per pool per run, after the policy decided it
 - a node whose agent says it is there but has not beaten within ``dead_after_s`` is dead: the pool removes it
   by id (``remove(dead=True)``); its work items come back when their leases lapse, and other agents take them;
 - a node whose agent says ``drained`` (it was marked, holds nothing and takes nothing) is removed by id;
-- while more agents are alive and unmarked than the target wants, idle ones that the ledger does not show
-  busy are marked draining (and signalled, where the backend can: ``drain``); while fewer are than the target
-  wants (counting nodes still booting), marks not yet acted on are cleared;
+- while the agents alive and unmarked stand for more nodes than the target (a gang agent for its allocation's
+  k), idle ones that the ledger does not show busy are marked draining (and signalled, where the backend can:
+  ``drain``); while they stand for fewer (counting nodes still booting), marks not yet acted on are cleared;
 - every node whose agent beats is returned as ``protected``: the caller adds it to the busy set it hands
   ``scale_to``, whose own scale-in (``upwell.pools.base``: idle nodes only, never one in busy) is then left
   with nodes that run no agent (booting, broken, dead, drained). A busy node is never removed here.
@@ -87,21 +87,27 @@ def _remove(pool: WorkerPool, nodelog: NodeLog, ids: list[str], *, dead: bool) -
 
 def _drain_surplus(pool: WorkerPool, nodelog: NodeLog, alive: list[NodeRow], target: int, booting: int,
                    busy: set[str]) -> list[str]:
-    """Mark idle, unmarked agents draining while more are alive than ``target``; clear marks not yet acted
-    on while fewer are (counting ``booting`` nodes). Returns the nodes marked now."""
+    """Mark idle, unmarked agents draining while they stand for more nodes than ``target`` (a gang agent
+    for its k); clear marks not yet acted on while they stand for fewer (counting ``booting`` nodes).
+    Returns the nodes marked now."""
     name = pool.spec.name
     kept = [r for r in alive if not r.draining]
-    surplus = len(kept) - target
+    surplus = sum(r.nodes for r in kept) - target
     if surplus <= 0:
-        short = target - len(kept) - booting
-        undo = [r.node for r in alive if r.draining and r.state is NodeState.IDLE][:max(short, 0)]
+        short, undo = target - sum(r.nodes for r in kept) - booting, []
+        for row in (r for r in alive if r.draining and r.state is NodeState.IDLE):
+            if row.nodes <= short:
+                undo.append(row.node)
+                short -= row.nodes
         if undo:
             nodelog.mark(name, undo, draining=False)
             log.info("nodes.drain_cancelled", pool=name, nodes=undo)
         return []
-    idle = sorted((r for r in kept if r.state is NodeState.IDLE and r.node not in busy and not r.shards),
-                  key=lambda r: r.node, reverse=True)
-    chosen = [r.node for r in idle[:surplus]]
+    chosen = []
+    for row in sorted(kept, key=lambda r: r.node, reverse=True):
+        if row.state is NodeState.IDLE and row.node not in busy and not row.shards and row.nodes <= surplus:
+            chosen.append(row.node)
+            surplus -= row.nodes
     if chosen:
         nodelog.mark(name, chosen)
         pool.drain(chosen)
