@@ -202,6 +202,7 @@ var tableNames = [
   'scaling'
   'janitor'
   'jobindex'
+  'nodes'
 ]
 // Blob-triggered functions (source=EventGrid), the container each one watches and the subject
 // suffix its subscription filters on ('' matches every blob). collect wants only the shards'

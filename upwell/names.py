@@ -56,7 +56,8 @@ JOBS_TABLE = "jobs"
 SCALE_TABLE = "scaling"
 JANITOR_TABLE = "janitor"  # every janitor finding and action (upwell.ops.findings)
 JOB_INDEX_TABLE = "jobindex"  # the open jobs and the latest ended ones (upwell.jobindex, the ledger's)
-TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE, JOB_INDEX_TABLE)
+NODES_TABLE = "nodes"  # the agents' heartbeats and the scaler's drain marks (upwell.nodelog)
+TABLES = (JOBS_TABLE, SCALE_TABLE, JANITOR_TABLE, JOB_INDEX_TABLE, NODES_TABLE)
 JOB_ROW = "job"
 
 # The connection the functions bind to ("connection=" in the handlers).  On Azure

@@ -46,7 +46,7 @@ from workers.delivery import Hand, gather
 from workers.jobrows import JobRows
 from workers.launch import run_payload
 from workers.leasing import LeaseLoop
-from workers.node import Node
+from workers.node import Node, heartbeat
 from workers.settle import Settler
 from workers.staging import Staging, may_resume
 from workers.supervision import CancelWatch, install_signals, node_clock
@@ -70,7 +70,8 @@ class Agent:
         self.log = logs.get("upwell.agent", pool=config.pool, node=config.node_id)
         self.clock = node_clock(config.shared_machine)  # chosen once: what of wall time is node time
         self.node = Node(config.node_id, config.pool, vm_size=config.vm_size, spot=config.spot,
-                         state_file=config.state_file, slots=config.slots)
+                         state_file=config.state_file, slots=config.slots,
+                         heartbeat=heartbeat(storage, config, self.log))
         queue_name = names.work_queue(config.pool)
         self.loop = LeaseLoop(storage, queue_name, config, self.node, stop=self.stop, drain=self.drain, log=self.log)
         self.queue = self.loop.queue
@@ -149,7 +150,7 @@ class Agent:
         """Run the payload, renewing the lease and watching for a cancel; keep its log; how it ended."""
         item, watch = hand.item, CancelWatch(self.ledger, hand.item.job_id, self.stop, rows=self.jobs)
         result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
-                             on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
+                             on_tick=watch.ticker(self.node.ticking(hand.lease.renew)), ranks=self.config.ranks or None,
                              definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
                              clock=self.clock)
         self.staging.keep_log(item, result)

@@ -10,6 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from upwell.nodelog import Liveness
 from upwell.settings import env_bool, env_float, env_int
 
 SHARED_MACHINE = "UPWELL_SHARED_MACHINE"  # local nodes share this machine's CPUs (upwell.local.stack sets it)
@@ -42,6 +43,7 @@ class AgentConfig:
     eviction_watch: bool = False  # poll Scheduled Events (workers.eviction): on Azure nodes only
     imds_url: str = AZURE_IMDS
     eviction_poll_s: float = 1.0
+    beat_s: float = 30.0  # periodic heartbeats into the nodes table (workers.node.Heartbeat); UPWELL_BEAT_S
 
     @classmethod
     def from_env(cls, pool: str, **overrides) -> AgentConfig:
@@ -60,6 +62,7 @@ class AgentConfig:
                   job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0),
                   shared_machine=env_bool(env, SHARED_MACHINE),
                   eviction_watch=env_bool(env, EVICTION_WATCH), imds_url=env.get(IMDS_URL) or AZURE_IMDS,
-                  eviction_poll_s=env_float(env, "UPWELL_EVICTION_POLL_S", 1.0, minimum=0.2))
+                  eviction_poll_s=env_float(env, "UPWELL_EVICTION_POLL_S", 1.0, minimum=0.2),
+                  beat_s=Liveness.from_env(env).beat_s)
         kw.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**kw)

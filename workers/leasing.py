@@ -50,6 +50,9 @@ class LeaseLoop:
         self.node.state("idle")
         try:
             while not self.stop.is_set() and not self.drain.is_set():
+                if self.node.tick():  # the scaler marked this node draining: take no new work
+                    self.drain.set()
+                    break
                 inflight = {f for f in inflight if not f.done()}
                 want = self._wanted(slots, len(inflight))
                 msgs = self._receive(want) if want > 0 else []
@@ -70,7 +73,7 @@ class LeaseLoop:
         finally:
             if threads is not None:  # items in hand finish (drain) or checkpoint and go back (stop)
                 threads.shutdown(wait=True)
-        self.node.state("stopped")
+        self.node.stopped(drained=self.drain.is_set() and not self.stop.is_set())
         return 0
 
     def _idle_out(self, idle_since: float) -> bool:

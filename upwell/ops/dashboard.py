@@ -1,11 +1,12 @@
-"""The live dashboard's data: one JSON snapshot of jobs, pools, the quarantine, scaling decisions
-and janitor findings, and one job's detail. The page (``static/``) polls these; every asset ships
-in the package (no CDN). Pure reads of storage: no state is kept between requests.
+"""The live dashboard's data: one JSON snapshot of jobs, pools, the nodes (heartbeats with their age), the
+quarantine, scaling decisions and janitor findings, and one job's detail. The page (``static/``) polls these;
+every asset ships in the package (no CDN). Pure reads of storage: no state is kept between requests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import Any
@@ -102,6 +103,17 @@ def pools(storage: Storage, settings: Any, now: datetime) -> tuple[list[dict], l
     return out, decisions[:25]
 
 
+def nodes(storage: Storage, settings: Any, now: datetime) -> list[dict]:
+    """Each pool's nodes as their agents last beat (one partition read per pool): state, the age of the
+    beat, the shards in hand, the drain mark, and whether the beat is old enough to call the agent dead."""
+    from upwell.nodelog import Liveness, NodeLog
+
+    log, liveness, at = NodeLog(storage), Liveness.from_env(os.environ), now.timestamp()
+    return [{"pool": r.pool, "node": r.node, "state": r.state.value, "age_s": round(r.age(at), 1),
+             "beat_at": r.beat_at, "shards": list(r.shards), "draining": r.draining, "dead": r.dead(at, liveness),
+             "vm_size": r.vm_size, "spot": r.spot} for name in settings.pools for r in log.nodes(name)]
+
+
 def quarantine(storage: Storage, limit: int = 20) -> list[dict]:
     items = [b for b in storage.list(names.QUARANTINE) if b.name.endswith(".error.json")]
     items.sort(key=lambda b: b.last_modified or datetime.min.replace(tzinfo=UTC), reverse=True)
@@ -123,7 +135,7 @@ def snapshot(storage: Storage, settings: Any) -> dict[str, Any]:
     now = datetime.now(UTC)
     pool_rows, decisions = pools(storage, settings, now)
     return {"generated_at": now_iso(), "jobs": jobs(Ledger(storage), now), "pools": pool_rows,
-            "decisions": decisions, "quarantine": quarantine(storage),
+            "decisions": decisions, "nodes": nodes(storage, settings, now), "quarantine": quarantine(storage),
             "janitor": [{"RowKey": r.row_key, "kind": r.finding.kind, "name": r.finding.name,
                          "reason": r.finding.reason, "action": r.finding.action, "result": r.finding.result,
                          "tagged": r.finding.tagged, "applied": r.applied} for r in FindingsLog(storage).recent(20)]}

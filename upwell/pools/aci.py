@@ -7,6 +7,9 @@ groups are the ``busy`` set passed in (node ids the ledger shows running; a
 group's agent records the group name as UPWELL_NODE_ID); with ``busy=None`` a
 running group counts as busy and only finished or booting groups go.
 
+By id (``remove``, the scaler's node step): the group of a dead agent or a drained one is deleted
+(DELETE .../containerGroups/{name}; volumes the user provided stay); a node id is the group's name.
+
 Creation and deletion are long-running ARM operations; ``scale_to`` starts them
 and returns, and a failure that comes later shows on ``status().message``.
 State kept: the spec, a lazily built client, the pollers.
@@ -82,6 +85,19 @@ class AciPool(az.ArmPool):
                     self._delete(name, "delete idle group")
         except AzureError as exc:
             raise pool_error(exc, pool=self.spec.name, action=f"scale container groups to {n}") from None
+
+    removes_by_id = True
+
+    def remove(self, node_ids, *, dead: bool = False) -> None:
+        """Delete this pool's groups named in ``node_ids`` (those still there); raises PoolError."""
+        from azure.core.exceptions import AzureError
+
+        try:
+            for group, _ in self._groups(set()):
+                if group.name in node_ids and build.group_state(group) != "deleting":
+                    self._delete(group.name, "delete dead group" if dead else "delete drained group")
+        except AzureError as exc:
+            raise pool_error(exc, pool=self.spec.name, action="delete container groups by id") from None
 
     def _create(self, *, spot: bool) -> None:
         name = build.group_name(self.spec)

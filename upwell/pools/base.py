@@ -106,7 +106,10 @@ class WorkerPool(abc.ABC):
     - every failure of the backend raises PoolError (upwell.errors), never an SDK error;
     - ``node_state`` maps a native state through ``translate_table``; one it does not know is
       UNKNOWN and logged once per pool;
-    - constructors take explicit keywords only (see upwell.pools.KEYWORDS).
+    - constructors take explicit keywords only (see upwell.pools.KEYWORDS);
+    - where ``removes_by_id``: ``remove(ids, dead=)`` removes exactly those nodes now (a dead agent's node,
+      or a drained one: the scaler's node step, ``upwell.scale.nodes``, decides which), and ``drain(ids)``
+      signals those nodes' agents where the backend can reach them (the nodes table's mark reaches all).
 
     The busy set is observed once per scale run by the caller (the Autoscaler reads the
     ledger) and passed in: a backend never reads the ledger itself.
@@ -146,6 +149,20 @@ class WorkerPool(abc.ABC):
     @abc.abstractmethod
     def status(self, *, busy: Busy = None) -> PoolStatus:
         """Observe the pool now. Raises PoolError."""
+
+    removes_by_id: ClassVar[bool] = False  # remove() and drain() below; the scaler drains before scale-in
+
+    def remove(self, node_ids: Collection[str], *, dead: bool = False) -> None:
+        """Remove these nodes by id now: their agents are dead (``dead``: stop what still runs there, its
+        leases come back through visibility) or drained (they hold nothing). A node already gone is not an
+        error. Raises PoolError."""
+        from upwell.errors import PoolError
+
+        raise PoolError(f"pool {self.spec.name!r} ({self.spec.backend}) does not remove nodes by id")
+
+    def drain(self, node_ids: Collection[str]) -> None:  # noqa: B027 - most agents read the mark at their beat
+        """Tell these nodes' agents to drain now, where the backend can signal them; the nodes table's mark
+        (``upwell.nodelog``) reaches every agent at its next beat anyway."""
 
     def close(self) -> None:  # noqa: B027 - optional for backends that hold nothing
         """Release handles (and, for local pools, stop children)."""

@@ -20,6 +20,12 @@ tasks the backlog wants to the pool's one job (upwell.pools.batch_tasks): one mu
 nodes per wanted gang of k, and a plain task per one-node agent. Batch then sees every agent, so a node
 running one reads "running", and it hands each node's one slot to one agent only.
 
+By id (``remove``, the scaler's node step): a dead agent's node goes with ``terminate`` (Batch never sees a
+start-task agent fail: ``waitForSuccess`` is false), a drained node with ``taskcompletion``; only nodes still
+in the pool, and only while the pool is steady (Batch takes one resize at a time: the next run tries again).
+Following Batch's remove-nodes operation (POST /pools/{poolId}/removenodes: ``nodeList`` of at most 100 ids,
+``nodeDeallocationOption`` requeue | terminate | taskcompletion | retaineddata, ``resizeTimeout``).
+
 State kept: the spec, lazily built SDK clients, the last poller, the agent tasks (gang pools).
 """
 
@@ -169,6 +175,31 @@ class BatchPool(WorkerPool):
                 out.append(node.id)
                 want[kind] -= 1
         return out
+
+    removes_by_id = True
+
+    def remove(self, node_ids, *, dead: bool = False) -> None:
+        """Remove these nodes of the pool by id (see the module docstring); raises PoolError."""
+        from azure.core.exceptions import AzureError, ResourceNotFoundError
+
+        from upwell.errors import PoolError, PoolErrorKind
+
+        try:
+            pool = self.client.get_pool(self.pool_id)
+            if (_s(pool.allocation_state) or "steady") != "steady":
+                raise PoolError(f"Batch pool {self.pool_id} is resizing; nodes are removed by id once it is steady",
+                                kind=PoolErrorKind.THROTTLED)
+            present = {n.id for n in self.client.list_nodes(self.pool_id)}
+            ids = sorted(i for i in set(node_ids) if i in present)[:100]
+            if ids:
+                option = "terminate" if dead else build.DEALLOCATION
+                self.last_poller = self.client.begin_remove_nodes(
+                    self.pool_id, build.remove_options(self.spec, ids, option), polling_interval=self.polling_interval)
+                log.info("batch.nodes_removed", pool=self.spec.name, nodes=ids, dead=dead)
+        except ResourceNotFoundError:
+            return  # no pool: nothing to remove
+        except AzureError as exc:
+            raise pool_error(exc, pool=self.spec.name, action=f"remove nodes of Batch pool {self.pool_id}") from None
 
     def status(self, *, busy: Busy = None) -> PoolStatus:
         from azure.core.exceptions import AzureError, ResourceNotFoundError

@@ -222,14 +222,16 @@ def resize_options(spec: PoolSpec, dedicated: int, spot: int):
                                     resize_timeout=resize_timeout(spec), node_deallocation_option=DEALLOCATION)
 
 
-def remove_options(spec: PoolSpec, node_ids: list[str]):
-    """Data-plane remove-nodes for specific idle nodes (at most 100 a request)."""
+def remove_options(spec: PoolSpec, node_ids: list[str], option: str = DEALLOCATION):
+    """Data-plane remove-nodes for specific nodes (at most 100 a request). ``option`` is Batch's
+    nodeDeallocationOption: ``taskcompletion`` for idle or drained nodes, ``terminate`` for a dead agent's node
+    (its Batch tasks end and do not run again; the work item's lease comes back through visibility)."""
     from azure.batch import models as m
 
     if not node_ids or len(node_ids) > 100:
         raise ValueError(f"remove 1..100 nodes a request, not {len(node_ids)}")
     return m.BatchNodeRemoveOptions(node_ids=list(node_ids), resize_timeout=resize_timeout(spec),
-                                    node_deallocation_option=DEALLOCATION)
+                                    node_deallocation_option=option)
 
 
 def batch_job_id(job_id: str) -> str:

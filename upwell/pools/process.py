@@ -4,7 +4,11 @@ State lives on disk under ``state_dir/<pool>/`` so that any LocalPool object (th
 scale function builds one per process) sees the same workers: ``<id>.pid`` is
 written at spawn, ``<id>.json`` by the agent itself (idle | running | stopped),
 and ``<id>.stopping`` marks a worker asked to drain. Scale-in only drains idle
-workers (SIGUSR1): a busy worker is never killed by the scaler.
+workers (SIGUSR1), and never one in ``busy``: a busy worker is never killed by the scaler.
+
+A worker's agent beats as node ``local-<id>`` (upwell.nodelog). By id (``remove``): a dead agent (a hung
+process) is killed with everything it started, and its leases come back through visibility; ``drain``
+sends SIGUSR1, so the agent finishes what it holds, says ``drained`` and exits.
 """
 
 from __future__ import annotations
@@ -22,6 +26,35 @@ from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, Work
 
 REPO = REPO
 _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process
+
+
+def node_id(wid: str) -> str:
+    """The node id a worker's agent beats and records as (UPWELL_NODE_ID)."""
+    return f"local-{wid}"
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (payloads run in sessions of their own, so a process group is not enough)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def default_state_dir() -> Path:
@@ -49,6 +82,7 @@ class LocalPool(WorkerPool):
     """Local agent processes. Keeps only its spec, its state folder and the spawn settings."""
 
     expected_boot_s = 2.0  # a Python process importing the agent
+    removes_by_id = True
 
     translate_table = {"starting": NodeState.PENDING, "idle": NodeState.IDLE, "running": NodeState.RUNNING,
                        "stopping": NodeState.STOPPING, "stopped": NodeState.STOPPING}
@@ -96,7 +130,7 @@ class LocalPool(WorkerPool):
     # -- action ----------------------------------------------------------------------
     def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
         """Local processes are never spot; ``spot`` is ignored. Only agents that say they are
-        idle are drained, so ``busy`` adds nothing here."""
+        idle are drained, and none whose node id (``local-<id>``) is in ``busy``."""
         workers = self._workers()
         live = {w: v for w, v in workers.items() if v[1] in ("starting", "idle", "running")}
         if n > len(live):
@@ -104,7 +138,8 @@ class LocalPool(WorkerPool):
                 self._spawn(set(workers))
                 workers = self._workers()
         elif n < len(live):
-            idle = sorted((w for w, (_, s) in live.items() if s == "idle"), reverse=True)
+            idle = sorted((w for w, (_, s) in live.items() if s == "idle" and node_id(w) not in (busy or ())),
+                          reverse=True)
             for wid in idle[: len(live) - n]:
                 pid = live[wid][0]
                 (self.dir / f"{wid}.stopping").touch()
@@ -119,7 +154,7 @@ class LocalPool(WorkerPool):
             index += 1
         wid = f"{self.spec.name}-{index}"
         env = dict(self.env if self.env is not None else os.environ)
-        env.update(UPWELL_NODE_ID=f"local-{wid}", UPWELL_STATE_FILE=str(self.dir / f"{wid}.json"),
+        env.update(UPWELL_NODE_ID=node_id(wid), UPWELL_STATE_FILE=str(self.dir / f"{wid}.json"),
                    UPWELL_POOL=self.spec.name, UPWELL_VM_SIZE=self.spec.vm_size, PYTHONUNBUFFERED="1",
                    UPWELL_SLOTS=str(agent_slots(self.spec)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
@@ -134,6 +169,30 @@ class LocalPool(WorkerPool):
         (self.dir / f"{wid}.stopping").unlink(missing_ok=True)
         (self.dir / f"{wid}.pid").write_text(str(proc.pid))
         return wid
+
+    def remove(self, node_ids, *, dead: bool = False) -> None:
+        """Dead: SIGKILL the agent and everything it started (SIGKILL ends a stopped process too); drained:
+        SIGTERM an agent still exiting (it holds nothing). A worker already gone is skipped."""
+        workers = self._workers()
+        for wid, (pid, _) in workers.items():
+            if node_id(wid) not in node_ids:
+                continue
+            if dead:
+                for child in [*_descendants(pid), pid]:
+                    _signal(child, signal.SIGKILL)
+            else:
+                _signal(pid, signal.SIGTERM)
+        for pid in [p for w, (p, _) in workers.items() if node_id(w) in node_ids]:
+            child = _CHILDREN.get(pid)
+            if child is not None and dead:
+                child.wait(timeout=10)  # reaped, so that status() no longer lists it
+        self._workers()
+
+    def drain(self, node_ids) -> None:
+        """SIGUSR1 to these agents: each finishes what it holds, beats ``drained`` and exits."""
+        for wid, (pid, _) in self._workers().items():
+            if node_id(wid) in node_ids:
+                _signal(pid, signal.SIGUSR1)
 
     def close(self, timeout: float = 15.0) -> None:
         """Stop every worker: SIGTERM (running payloads checkpoint), then SIGKILL after timeout."""

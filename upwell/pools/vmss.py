@@ -8,6 +8,10 @@ ledger shows running; the agent records the VM name as UPWELL_NODE_ID).
 With ``busy=None`` every booted VM counts as running and nothing booted is
 removed: a VM alone cannot tell whether its agent is idle.
 
+By id (``remove``, the scaler's node step): the VMs of a dead agent or a drained one are deleted with
+``delete_instances`` (POST .../virtualMachineScaleSets/{name}/delete with ``instanceIds``), which also lowers the
+capacity; a node id is the VM's name, mapped to its scale set and instance id from the listing.
+
 ARM operations are long-running; ``scale_to`` starts them and returns (the
 SDK's pollers follow them on daemon threads, kept in ``pollers``); one that
 fails later (AllocationFailed ...) shows on the next ``status().message``.
@@ -100,6 +104,26 @@ class VmssPool(az.ArmPool):
         if state is NodeState.IDLE and (busy is None or vm.name in busy):
             return NodeState.RUNNING  # unknown or busy: never a scale-in victim
         return state
+
+    removes_by_id = True
+
+    def remove(self, node_ids, *, dead: bool = False) -> None:
+        """Delete the VMs named in ``node_ids`` (those still listed) by instance id; raises PoolError."""
+        from azure.core.exceptions import AzureError
+
+        wanted = set(node_ids)
+        try:
+            for name, vms in self._vms().items():
+                victims = sorted(str(vm.instance_id) for vm in vms if vm.name in wanted)
+                if victims:
+                    why = "dead" if dead else "drained"
+                    self.pollers.add(f"delete {why} instances of {name}",
+                                     self.client.virtual_machine_scale_sets.begin_delete_instances(
+                                         self.rg, name, build.delete_instances(victims)))
+                    log.info("vmss.instances_removed", pool=self.spec.name, scale_set=name, instances=victims,
+                             dead=dead)
+        except AzureError as exc:
+            raise pool_error(exc, pool=self.spec.name, action="delete VM scale set instances by id") from None
 
     def _vms(self) -> dict[str, list[Any]]:
         from azure.core.exceptions import ResourceNotFoundError

@@ -8,6 +8,7 @@ pool size against backlog. Overlapping runs are refused.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import asdict
@@ -15,9 +16,11 @@ from dataclasses import asdict
 from upwell import logs, names
 from upwell.errors import BudgetExceeded, ConfigError, PoolError
 from upwell.ledger import Ledger
+from upwell.nodelog import Liveness, NodeLog
 from upwell.pools.base import NodeState, PoolSpec, PoolStatus, WorkerPool
 from upwell.rows import ACTIVE_JOB, JobRow, JobState, ShardRow
 from upwell.scale import gangs as gang_count
+from upwell.scale import nodes as node_step
 from upwell.scale import policy as scaling
 from upwell.scalelog import DecisionRow, ScalingLog
 from upwell.settings import Settings
@@ -56,11 +59,13 @@ class Autoscaler:
     """Keeps the pool objects and a lock against overlapping runs; all other state is in storage."""
 
     def __init__(self, storage: Storage, settings: Settings, pools: dict[str, WorkerPool] | None = None,
-                 **pool_ctx):
+                 liveness: Liveness | None = None, **pool_ctx):
         self.storage = storage
         self.settings = settings
         self.ledger = Ledger(storage)
         self.log = ScalingLog(storage)
+        self.nodes = NodeLog(storage)  # heartbeats and drain marks (upwell.scale.nodes)
+        self.liveness = liveness or Liveness.from_env(os.environ)
         self.pools = dict(pools or {})
         self.pool_ctx = pool_ctx
         self._lock = threading.Lock()
@@ -144,11 +149,14 @@ class Autoscaler:
             log.info("autoscale.concurrent_run_skipped", pool=spec.name, target=decision.target)
             return decision
         message = decision.message
+        # Dead and drained nodes go by id; surplus idle agents are marked draining; agents that beat are left
+        # to that drain, never to scale_to's own scale-in.
+        step = node_step.tend(pool, self.nodes, self.liveness, status, busy, decision.target)
         # While a gang waits, ask on every run: which allocations the target holds changes with the same total.
         waiting = any(g.waiting for g in obs.gangs)
         if decision.target != status.alive or decision.target != status.target or (decision.gangs and waiting):
             try:
-                pool.scale_to(decision.target, spot=decision.spot, busy=busy,
+                pool.scale_to(decision.target, spot=decision.spot, busy=busy | step.protected,
                               gangs=gang_count.as_mapping(decision.gangs))
             except PoolError as exc:
                 message = str(exc)
