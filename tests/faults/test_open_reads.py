@@ -23,6 +23,7 @@ from tests.faults import harness
 from tests.faults.table_meter import Meter
 from upwell import jobindex, names
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.nodelog import NodeLog
 from upwell.ops import dashboard
 from upwell.results import publish
 from upwell.settings import Settings
@@ -53,15 +54,18 @@ def seed_finished(storage, n: int) -> None:
         index.submit_transaction([("upsert", e) for e in ended[start:start + 100]])
 
 
-def expected_reads(ledger: Ledger, pools: int) -> int:
+def expected_reads(ledger: Ledger, nodes: NodeLog, settings: Settings) -> int:
     """What one run of the scale timer must read: the autoscaler reads each open job's index entry and row,
-    each active job's partition (the job row and its shard rows, which the in-flight count scans) and each
-    pool's policy state row; the waiting-manifest recheck reads the open entries and rows again; the report
-    fallback reads the jobs that ended in the last REPORT_WINDOW_S (an entry and a row each)."""
+    each active job's partition (the job row and its shard rows, which the in-flight count scans), each
+    pool's policy state row and each pool's partition of the nodes table (a row per live agent: bounded by
+    the pool's size, not by the jobs ever run); the waiting-manifest recheck reads the open entries and rows
+    again; the report fallback reads the jobs that ended in the last REPORT_WINDOW_S (an entry and a row each)."""
     open_jobs = ledger.open_jobs()
     active = [j for j in open_jobs if j.status in (JobState.ACCEPTED, JobState.RUNNING)]
     ended = ledger.index.ended_since(publish.REPORT_WINDOW_S)
-    return pools + 4 * len(open_jobs) + sum(1 + len(ledger.shards(j.job_id)) for j in active) + 2 * len(ended)
+    agents = sum(len(nodes.nodes(pool)) for pool in settings.pools)
+    return (len(settings.pools) + agents + 4 * len(open_jobs) + sum(1 + len(ledger.shards(j.job_id)) for j in active)
+            + 2 * len(ended))
 
 
 def test_a_scale_run_reads_the_open_rows_not_the_finished_ones(stack, monkeypatch):
@@ -69,7 +73,7 @@ def test_a_scale_run_reads_the_open_rows_not_the_finished_ones(stack, monkeypatc
     # ingest's scale pass (UPWELL_SCALE_ON_INGEST, on in the deployment) starts the agents.
     harness.apply_env(monkeypatch, {"UPWELL_SCALE_SCHEDULE": "0 0 0 1 1 *", "UPWELL_SCALE_ON_INGEST": "1"})
     settings = Settings.from_env()
-    ledger, pools = Ledger(stack.storage), len(settings.pools)
+    ledger, nodelog, pools = Ledger(stack.storage), NodeLog(stack.storage), len(settings.pools)
     seed_finished(stack.storage, FINISHED)
     with harness.recorded("1,000 finished jobs (scale reads)", shards=SHARDS) as counts:
         with harness.in_process_host(stack):
@@ -78,12 +82,12 @@ def test_a_scale_run_reads_the_open_rows_not_the_finished_ones(stack, monkeypatc
             harness.wait_until(lambda: sum(s.status == "running" for s in ledger.shards(job_id)) == SHARDS,
                                90, "real agents running every shard")
             with pytest.MonkeyPatch.context() as patch:
-                expected = expected_reads(ledger, pools)  # this ledger's clients came before the meter
+                expected = expected_reads(ledger, nodelog, settings)  # this ledger's clients came before the meter
                 meter = Meter().install(patch)
                 handlers.scale.autoscaler.cache_clear()  # an Autoscaler whose clients are metered
                 handlers.scale.scale(None)  # one run of the scale timer, as the host calls it
                 run = dict(meter.reads)
-                assert expected_reads(ledger, pools) == expected, "the open work changed while it was measured"
+                assert expected_reads(ledger, nodelog, settings) == expected, "the open work changed meanwhile"
                 metered = Ledger(stack.storage)
                 meter.reset()  # the dashboard: the open jobs, and a bounded few of those that ended
                 listed = dashboard.jobs(metered, datetime.now(UTC))
@@ -94,10 +98,11 @@ def test_a_scale_run_reads_the_open_rows_not_the_finished_ones(stack, monkeypatc
             handlers.scale.autoscaler.cache_clear()
             harness.verify(stack, job_id, counts)
         harness.no_orphans(stack)
-    # one open job of SHARDS shards: 4 reads of its entry and row, its partition, a state row per pool
-    assert expected == pools + 4 + 1 + SHARDS, expected
+    # one open job of SHARDS shards: 4 reads of its entry and row, its partition, a state row per pool, and
+    # the node rows of the SHARDS agents that run them
+    assert expected == pools + 4 + 1 + SHARDS + SHARDS, expected
     assert sum(run.values()) == expected, (run, expected)
-    assert set(run) == {names.JOB_INDEX_TABLE, names.JOBS_TABLE, names.SCALE_TABLE}, run
+    assert set(run) == {names.JOB_INDEX_TABLE, names.JOBS_TABLE, names.SCALE_TABLE, names.NODES_TABLE}, run
     assert scan >= 2 * FINISHED, scan
     assert listed[0]["job_id"] == job_id and len(listed) == dashboard.JOB_LIMIT, listed[:2]
     assert dash <= (expected - pools) + 2 * dashboard.JOB_LIMIT + 2 * dashboard.DETAIL_LIMIT, dash
