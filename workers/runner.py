@@ -32,12 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from upwell import shape
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import params as payload_params
 from upwell.payloads.argv import command_argv, values_for
-from upwell.payloads.definition import Definition, render
+from upwell.payloads.definition import Definition, Launcher, render
 from upwell.payloads.validate import Loaded
+from workers import gang
 from workers.payload_process import TAIL_BYTES, TICK_S, start, supervise
 from workers.procs import shield_mpiexec
 from workers.workdir import LaunchResult, prepare_workdir, read_json
@@ -151,7 +153,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                            permanent=code in d.exit_codes.bad_input)
     if stop is not None and stop.is_set():
         return _result(loaded, workdir, "preempted", None, "", started, resumed)
-    argv = command_argv(d, values, resume=resumed)
+    argv = command_for(d, item, values, workdir, resumed)
     try:
         proc, streams = start(argv, workdir, env, shield_mpiexec=shield_mpiexec(d.launcher.kind))
     except FileNotFoundError:
@@ -169,6 +171,18 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
     return _result(loaded, workdir, status, proc.returncode, tail, started, resumed, checkpoints=kept,
                    timed_out=outcome.timed_out, permanent=proc.returncode in d.exit_codes.bad_input,
                    cpu_wait_s=outcome.cpu_wait_s)
+
+
+def command_for(d: Definition, item: WorkItem, values: dict[str, str], workdir: Path, resumed: bool) -> list[str]:
+    """The command's argv: under the definition's launcher, or, for a shard of several nodes with an MPI
+    launcher, under the gang's launch over the allocation (workers.gang) instead of the definition's
+    mpiexec; in the definition's image through Apptainer where the pool says so."""
+    full = command_argv(d, values, resume=resumed)
+    plain = command_argv(d.model_copy(update={"launcher": Launcher()}), values, resume=resumed)
+    prefix = full[: len(full) - len(plain)]
+    if d.launcher.kind == "mpi" and int(item.nodes) > 1:
+        prefix = gang.launch_argv(shape.of_item(item), cores=gang.node_cores())
+    return [*prefix, *gang.container_prefix(d.image, d.resources.gpus, str(workdir)), *plain]
 
 
 def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_path: Path | None) -> None:

@@ -16,7 +16,9 @@ request is agreed on by an allreduce every few steps, so all ranks stop at the
 same step, checkpoint, and exit 75.
 
 Outputs: ``out/field.npz`` (u, exact, x, y, t), ``out/series.json`` (step, t,
-l2_norm, analytic_l2_norm) and metrics (see the README).
+l2_norm, analytic_l2_norm) and metrics (see the README); ``hosts`` lists, rank by
+rank, the machine each rank ran on as MPI names it (``MPI_Get_processor_name``), so a
+run over several nodes shows where its ranks were.
 """
 
 from __future__ import annotations
@@ -374,6 +376,7 @@ def main(ctx: Context) -> int:
     stop = install_stop_handler()
     p = HeatParams(**ctx.params)
     block = Block(MPI.COMM_WORLD, Grid.from_params(p))
+    hosts = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
     run = load_state(ctx, block)
     block.exchange()  # only fills ghosts; sets up the connections before the clock starts
     block.any_flag(False)
@@ -381,6 +384,7 @@ def main(ctx: Context) -> int:
     done = advance(ctx, block, run, p, stop)
     compute_s = time.perf_counter() - t0 - run.ckpt_s
     m = metrics(ctx, block, run, started=started, compute_s=compute_s, done=done)
+    m["hosts"] = hosts
     if not done:
         if block.rank == 0:
             write_metrics(ctx, m)
