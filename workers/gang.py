@@ -40,8 +40,11 @@ def gang_nodes(env: Mapping[str, str] | None = None) -> int:
 
 def expand_slurm(nodelist: str) -> list[str]:
     """``scontrol show hostnames`` of a Slurm node list (``n[1-2],gpu7``): one host a line."""
-    done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                          timeout=30, check=False)
+    try:
+        done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"scontrol show hostnames {nodelist}: {exc}") from None
     if done.returncode:
         raise ConfigError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()[:300]}")
     return done.stdout.split()

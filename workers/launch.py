@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from upwell import shape
-from upwell.errors import InputRejected
+from upwell.errors import ConfigError, InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
 from workers import gang
@@ -65,8 +65,17 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
                              grace_s=grace_s, clock=clock)
         result.definition = provenance(loaded)
     if int(item.nodes) > 1:  # the allocation's hosts, as Slurm or Batch lists them, for the result's provenance
-        result.hosts = gang.hosts()[: int(item.nodes)]
+        result.hosts = allocation_hosts(int(item.nodes))
     return result
+
+
+def allocation_hosts(nodes: int) -> list[str]:
+    """The first ``nodes`` hosts of the allocation (workers.gang); [] where they cannot be read, which must
+    not fail a run that has ended."""
+    try:
+        return gang.hosts()[:nodes]
+    except ConfigError:
+        return []
 
 
 def resolve(item: WorkItem, definitions=None):

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.heat_reference import solve_serial
 from tests.pipeline_helpers import wait_for
@@ -23,6 +24,7 @@ from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
 from upwell.payloads.models import HeatParams
+from upwell.payloads.registry import Registry
 from upwell.pools import make_pool
 from upwell.pools.base import NodeState, PoolSpec
 from upwell.pools.slurm import FINISHED, SlurmPool
@@ -31,6 +33,7 @@ from upwell.storage import Storage
 from workers.payloads.heat import Grid
 
 pytestmark = pytest.mark.multinode
+REPO = Path(__file__).resolve().parents[2]
 
 SMALL = {"nx": 64, "t_end": 0.01}
 LONG = {"nx": 32, "cfl": 0.01, "t_end": 0.4, "checkpoint_every": 2000}  # about 45k steps: time to stop it
@@ -183,6 +186,31 @@ def test_c_a_node_set_down_mid_run_loses_no_shard(store, cluster, spec, pool):
     assert abs(result["metrics"]["l2_error"] - _reference_l2(LONG)) <= 1e-12
     poisoned = store.queue(names.poison_queue(names.work_queue("mpi"))).peek_messages(max_messages=32)
     assert not [m for m in poisoned if job_id in m.content]
+
+
+def _docs_definition() -> bytes:
+    """The worked BYO definition of docs/mpi.md, with the venv's interpreter (which has mpi4py) standing in for
+    the image's python3."""
+    text = (REPO / "docs" / "mpi.md").read_text()
+    block = text.split("## A worked example", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    doc = yaml.safe_load(block)
+    assert doc["resources"] == {"nodes": 2, "ranks_per_node": 1} and doc["command"][0] == "python3"
+    doc["command"][0] = "{python}"
+    return yaml.safe_dump(doc, sort_keys=False).encode()
+
+
+def test_a_byo_mpi4py_definition_of_two_nodes_runs_over_both(store, cluster, spec, pool):
+    """a (BYO). The docs' mpi-pi definition (nodes: 2 in the definition itself): its mpiexec line gives way to
+    srun --mpi=pmix over the gang's two nodes; every rank reports its host."""
+    Registry(store).push(_docs_definition(), "mpi-pi.yaml")
+    store.blob(names.INCOMING, "multi/pi/job.yaml").upload_blob(b"payload: mpi-pi\npool: mpi\ngrid: {n: [200000]}\n",
+                                                                overwrite=True)
+    job_id = Ingestor(store, Settings(pools={"mpi": spec})).ingest("multi/pi/job.yaml").job_id
+    pool.scale_to(2, gangs={2: 1})
+    result = _result(store, spec, job_id)
+    assert result["status"] == "succeeded", (result["error"], result["stderr_tail"])
+    assert abs(result["metrics"]["pi"] - 3.141592653589793) < 1e-9 and result["metrics"]["ranks"] == 2
+    assert result["metrics"]["hosts"] == ["n1", "n2"] and result["provenance"]["hosts"] == ["n1", "n2"]
 
 
 def _refusal(store: Storage, name: str) -> dict:
