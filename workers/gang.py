@@ -22,6 +22,7 @@ that expands it); the launcher (workers.launch) and the runner (workers.runner) 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Callable, Mapping
 
@@ -91,6 +92,14 @@ def launch_argv(shape: Shape, *, cores: int, env: Mapping[str, str] | None = Non
     spread = ",".join(f"{h}:{per_node}" for h in listed[: shape.nodes])
     launcher = mpirun() if callable(mpirun) else mpirun
     return [launcher, "--host", spread, "-n", str(total), *(["--oversubscribe"] if shape.oversubscribe else [])]
+
+
+def stopped_by_slurm(code: int | None, nodes: int) -> bool:
+    """Whether a gang's launch ended because Slurm signalled its ranks: srun exits 128 + the signal that ended
+    a task, and a SIGTERM there comes from Slurm (``scancel --signal=TERM``, the time limit's warning), which
+    signals the job's steps, not the agent. Such an end is a preemption, never the payload's failure (a rank
+    that had not yet installed its handler when the signal came dies of it instead of exiting 75)."""
+    return nodes > 1 and code == 128 + signal.SIGTERM
 
 
 def container_prefix(image: str, gpus: int, workdir: str, env: Mapping[str, str] | None = None) -> list[str]:

@@ -106,7 +106,8 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
     outcome = supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                         grace_s=grace_s, stop_signal=stop_signal_for(spec, item), clock=clock)
     streams.join()
-    status = _status(proc.returncode, workdir, outcome)
+    status = "preempted" if gang.stopped_by_slurm(proc.returncode, int(item.nodes)) else \
+        _status(proc.returncode, workdir, outcome)
     return _result(workdir, status, proc.returncode, before, streams.tail(), time.monotonic() - started,
                    timed_out=outcome.timed_out, cpu_wait_s=outcome.cpu_wait_s)
 

@@ -14,7 +14,8 @@ and each post-step's output).
 How an attempt ends: exit 0 is success; a code in ``exit_codes.preempted`` is a
 preemption; when the runner itself stopped the tool, any exit with a checkpoint
 file present is a preemption too (GROMACS exits 1 after writing its checkpoint on
-SIGTERM); a code in ``exit_codes.bad_input`` is permanent; anything else fails.
+SIGTERM), and so is a gang whose ranks Slurm ended with SIGTERM (``workers.gang.stopped_by_slurm``);
+a code in ``exit_codes.bad_input`` is permanent; anything else fails.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                         grace_s=d.checkpoint.grace_s, stop_signal=signal.Signals[d.checkpoint.signal], clock=clock)
     streams.join()
     kept = _keep_checkpoint(d, workdir)
-    status = _status(d, proc.returncode, outcome, kept)
+    status = "preempted" if gang.stopped_by_slurm(proc.returncode, int(item.nodes)) else \
+        _status(d, proc.returncode, outcome, kept)
     tail = streams.tail()
     if status == "succeeded":
         failed = _post(d, workdir, values, env)

@@ -120,7 +120,7 @@ class Settler:
         n = self.staging.checkpoint_out(item, result.checkpoint_dir)
         self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=spent)
         hand.lease.release(verdict.delay_s)
-        hand.log.info("agent.preempted", checkpoint_files=n)
+        hand.log.info("agent.preempted", checkpoint_files=n, exit_code=result.exit_code)
         return "preempted"
 
     def _defer(self, hand: Hand, verdict: Verdict, *_: Any) -> str:

@@ -9,8 +9,10 @@ install it (``make slurm``); they never skip. One cluster and one pool serve the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +77,8 @@ def store(azurite, cluster: LocalSlurm) -> Iterator[Storage]:
 
 @pytest.fixture
 def pool(store: Storage, cluster: LocalSlurm, spec: PoolSpec) -> Iterator[SlurmPool]:
+    # An agent cancelled by an earlier test's teardown may have left its work dir (and checkpoint) behind.
+    shutil.rmtree(spec.options["env"]["UPWELL_SCRATCH"], ignore_errors=True)
     made = make_pool(spec)
     assert isinstance(made, SlurmPool)
     yield made
@@ -151,8 +155,9 @@ def test_b_scancel_term_checkpoints_and_the_next_gang_resumes_to_the_same_result
     assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"
     wait_for(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the preempted gang to leave",
              lambda: _logs(spec))
-    logs = _logs(spec)  # the ranks checkpointed and exited 75: srun did not tear them down first
-    assert "agent.preempted" in logs and "agent.stopped_payload_died" not in logs, logs
+    logs = _logs(spec)  # the ranks checkpointed and exited 75, and srun passed it on: nothing tore them down
+    preempted = [json.loads(line) for line in logs.splitlines() if '"agent.preempted"' in line]
+    assert [p["exit_code"] for p in preempted] == [75], logs
     pool.scale_to(2, gangs={2: 1})
     result = _result(store, spec, job_id, 180)
     assert result["status"] == "succeeded", result["error"]
@@ -186,6 +191,26 @@ def test_c_a_node_set_down_mid_run_loses_no_shard(store, cluster, spec, pool):
     assert abs(result["metrics"]["l2_error"] - _reference_l2(LONG)) <= 1e-12
     poisoned = store.queue(names.poison_queue(names.work_queue("mpi"))).peek_messages(max_messages=32)
     assert not [m for m in poisoned if job_id in m.content]
+
+
+def test_scale_in_drains_an_idle_gang_and_the_job_completes(store, cluster, spec):
+    """An idle gang's agent is the batch step: the pool's drain reaches it (scancel --batch --signal=USR1) and
+    the job ends COMPLETED, not cancelled; until then the status counts its two nodes."""
+    pool = make_pool(dataclasses.replace(spec, options={**spec.options, "idle_exit_s": 300}))
+    earlier = {j.job_id for j in pool.jobs()}  # Slurm still lists the module's earlier jobs (MinJobAge)
+    try:
+        pool.scale_to(2, gangs={2: 1})
+        wait_for(lambda: pool.status().idle == 2, 60, "the gang's agent idle on its two nodes",
+                 lambda: f"{pool.status()}\n{_logs(spec)}")
+        (job,) = [j.job_id for j in pool.jobs() if j.job_id not in earlier]
+        pool.scale_to(0)
+        assert pool.status().alive == 0  # leaving
+        ended = wait_for(lambda: {j.job_id: j.state for j in pool.jobs()}.get(job) in FINISHED
+                         and {j.job_id: j.state for j in pool.jobs()}[job], 60, "the drained gang to end",
+                         lambda: _logs(spec))
+        assert ended == "COMPLETED", ended
+    finally:
+        cluster.run("scancel", "--user=root", check=False)
 
 
 def _docs_definition() -> bytes:

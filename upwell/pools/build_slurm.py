@@ -54,6 +54,9 @@ must not share a step with anything Slurm signals to checkpoint. So:
   agent stops the payload, srun's own SIGTERM kills the ranks at once, and the
   shard resumes from its last periodic checkpoint (``checkpoint_every``);
 - the pool's drain (scale-in of an idle gang): ``scancel --batch --signal=USR1``.
+
+Followed: scancel(1) ("by default, signals other than SIGKILL are not sent to the
+batch step"; ``--batch`` signals only it), sbatch(1) and srun(1) of Slurm 22.05.
 """
 
 from __future__ import annotations
@@ -205,15 +208,15 @@ def batch_script(spec: PoolSpec, *, idle_exit_s: float = 120.0, state_dir: str |
     agent = [q(python), "-m", "workers.agent", "--pool", q(spec.name), "--idle-exit", q(f"{idle_exit_s:g}")]
     extra = [q(a) for a in _list(spec, "srun_args")]
     if nodes > 1:  # the batch step itself (see the module docstring); its payload is the job's step
-        srun, ranks = agent, []
+        command, ranks = agent, []
+        why = "# upwell gang agent: the batch step; the payload's srun --mpi=pmix is the job's step."
     else:
         # The ranks an MPI payload gets: what this allocation gave the agent's task (the node, if exclusive).
         cpus = "${SLURM_CPUS_ON_NODE:-1}" if spec.options.get("exclusive") else "${SLURM_CPUS_PER_TASK:-1}"
-        srun = ["srun", "--ntasks=1", '--cpus-per-task="$UPWELL_RANKS"', "--kill-on-bad-exit=1", *extra, *agent]
+        command = ["srun", "--ntasks=1", '--cpus-per-task="$UPWELL_RANKS"', "--kill-on-bad-exit=1", *extra, *agent]
         ranks = [f'export UPWELL_RANKS="{cpus}"']
-    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives(spec, spot=spot, nodes=nodes)),
-             "# upwell agent: one per job; srun makes it a job step, so Slurm's signals reach it"
-             + (" (a gang's agent: the batch step; its payload's srun is the step)." if nodes > 1 else "."),
+        why = "# upwell agent: one per job; srun makes it a job step, so Slurm's signals reach it."
+    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives(spec, spot=spot, nodes=nodes)), why,
              "set -eu", *(f"export {k}={q(v)}" for k, v in sorted(env.items())),
              f'export UPWELL_NODE_ID="slurm-{spec.name}-$SLURM_JOB_ID"',
              *ranks,
@@ -222,7 +225,7 @@ def batch_script(spec: PoolSpec, *, idle_exit_s: float = 120.0, state_dir: str |
              f'  export UPWELL_STATE_FILE="$UPWELL_SLURM_STATE_DIR/{spec.name}/$SLURM_JOB_ID.json"',
              "fi",
              f"cd {q(workdir)}",
-             "exec " + " ".join(srun), ""]
+             "exec " + " ".join(command), ""]
     return "\n".join(lines)
 
 
@@ -235,8 +238,8 @@ def apptainer_exec(image: str, *, gpus: int = 0, binds: tuple[str, ...] = ()) ->
     its digest, ``docker://<repo>@sha256:<digest>`` (a tag would let the image change under a shard),
     ``--nv`` where the shard has GPUs (the host's NVIDIA driver and devices bound in), ``--bind`` for each
     folder the payload reads and writes (its work dir; Apptainer binds $HOME, /tmp and the cwd only), and no
-    ``--cleanenv``, so that the MPI and Slurm variables reach the ranks. Followed: the Apptainer user guide,
-    "apptainer exec" and "GPU support (--nv)"."""
+    ``--cleanenv``, so that the MPI and Slurm variables reach the ranks. Followed: apptainer-exec(1) (the
+    ``docker://`` source, ``-B/--bind src[:dest]``, ``--nv``)."""
     from upwell.payloads.definition import DIGEST
 
     if not DIGEST.match(image):

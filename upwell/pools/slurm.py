@@ -277,13 +277,7 @@ class SlurmPool(WorkerPool):
         jobs, nodes = self._observe(busy)
         alive = [j for j in jobs if nodes[j.job_id] in _ALIVE]
         wanted = {int(k): int(m) for k, m in (gangs or {}).items() if int(k) > 1 and int(m) > 0}
-        for size in sorted(set(wanted) | {j.size for j in alive if j.size > 1}):
-            have = [j for j in alive if j.size == size]
-            if wanted.get(size, 0) > len(have):
-                for _ in range(wanted[size] - len(have)):
-                    self.submit(nodes=size)
-            elif wanted.get(size, 0) < len(have):
-                self._shrink(have, nodes, len(have) - wanted.get(size, 0))
+        self._scale_gangs(wanted, alive, nodes)
         singles = [j for j in alive if j.size <= 1]
         n = max(0, n - sum(k * m for k, m in wanted.items()))
         if n > len(singles):
@@ -294,6 +288,17 @@ class SlurmPool(WorkerPool):
                 self.submit(spot=k < new_spot)
         elif n < len(singles):
             self._shrink(singles, nodes, len(singles) - n)
+
+    def _scale_gangs(self, wanted: dict[int, int], alive: list[build.SlurmJob], nodes: dict[str, NodeState]) -> None:
+        """Gang jobs of each size up to what ``wanted`` asks (k -> how many); of a size wanted less or not at
+        all, pending ones cancelled and idle ones drained (``_shrink``); busy ones stay."""
+        for size in sorted(set(wanted) | {j.size for j in alive if j.size > 1}):
+            have = [j for j in alive if j.size == size]
+            want = wanted.get(size, 0)
+            for _ in range(want - len(have)):
+                self.submit(nodes=size)
+            if want < len(have):
+                self._shrink(have, nodes, len(have) - want)
 
     def _spot_target(self, n: int, spot: int | None) -> int:
         if self.spec.options.get("spot"):
