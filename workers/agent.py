@@ -151,7 +151,7 @@ class Agent:
         result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
                              on_tick=watch.ticker(hand.lease.renew), ranks=self.config.ranks or None,
                              definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
-                             clock=self.clock)
+                             clock=self.clock, apptainer=self.config.apptainer)
         self.staging.keep_log(item, result)
         ended = AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
                               stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),

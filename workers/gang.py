@@ -5,12 +5,15 @@ The pools start a gang agent inside one allocation of k nodes with ``UPWELL_GANG
 node, as the allocation's only agent. It takes only items of k nodes (``upwell.verdict`` defers the others)
 and starts the payload's ranks over every node of the allocation:
 
-- under Slurm (``SLURM_JOB_ID`` set): ``srun --mpi=pmix`` as a step of the agent's job, ``--nodes=k
-  --ntasks=R --ntasks-per-node=r`` given explicitly (the agent's own step exports SLURM_NTASKS=1 and
-  SLURM_NNODES=1, which srun would otherwise take), ``--overlap`` beside the agent's step; Slurm's
-  PMIx server wires the ranks (Open MPI direct launch), and ``scancel``, preemption and a node taken away
-  reach every rank. Followed: Slurm's srun(1) (22.05: --mpi, --overlap, --overcommit, --kill-on-bad-exit)
-  and its mpi_guide ("srun --mpi=pmix"); the hosts from ``scontrol show hostnames $SLURM_JOB_NODELIST``;
+- under Slurm (``SLURM_JOB_ID`` set): ``srun --mpi=pmix``, a step of the agent's job (the agent is its
+  batch step, upwell.pools.build_slurm), with ``--nodes=k --ntasks=R --ntasks-per-node=r`` given
+  explicitly (srun would otherwise take the counts the job's environment exports), ``--overlap`` (where a
+  site runs the agent as a step itself), and ``--kill-on-bad-exit=0`` whatever the site's KillOnBadExit
+  says: exit 75 is how ranks end after a checkpoint, and a rank that leaves first must not get its peers
+  killed while rank 0 still writes it. Slurm's PMIx server wires the ranks (Open MPI's direct launch), and
+  ``scancel``, preemption and a node taken away reach every rank. Followed: srun(1) of Slurm 22.05
+  (--mpi, --overlap, --overcommit, --kill-on-bad-exit) and its MPI guide ("srun --mpi=pmix"); the hosts
+  from ``scontrol show hostnames $SLURM_JOB_NODELIST``;
 - on Azure Batch (``AZ_BATCH_HOST_LIST`` set): ``mpirun --host h1:r,h2:r -n R``, the hosts being the
   multi-instance task's nodes as Batch lists them, comma-separated, in the order of its instances
   (Batch's "Multi-instance tasks" and "Azure Batch runtime environment variables" pages).
@@ -27,7 +30,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 
 from upwell.errors import ConfigError
-from upwell.pools.build_slurm import APPTAINER_ENV, GANG_ENV, apptainer_exec
+from upwell.pools.build_slurm import GANG_ENV, apptainer_exec
 from upwell.settings import env_int
 from upwell.shape import Shape
 
@@ -83,7 +86,7 @@ def launch_argv(shape: Shape, *, cores: int, env: Mapping[str, str] | None = Non
     if env.get("SLURM_JOB_ID"):
         argv = ["srun", "--mpi=pmix", f"--nodes={shape.nodes}", f"--ntasks={total}",
                 f"--ntasks-per-node={per_node}", f"--cpus-per-task={max(1, cores // per_node)}",
-                "--overlap", "--kill-on-bad-exit=1"]
+                "--overlap", "--kill-on-bad-exit=0"]
         return argv + (["--overcommit"] if shape.oversubscribe else [])
     listed = host_list if host_list is not None else hosts(env)
     if len(listed) < shape.nodes:
@@ -102,10 +105,10 @@ def stopped_by_slurm(code: int | None, nodes: int) -> bool:
     return nodes > 1 and code == 128 + signal.SIGTERM
 
 
-def container_prefix(image: str, gpus: int, workdir: str, env: Mapping[str, str] | None = None) -> list[str]:
-    """Where the pool runs payloads through Apptainer (``UPWELL_APPTAINER``), the ``apptainer exec`` prefix of
-    the definition's image by digest, after the launcher so that each rank runs in it; else []."""
-    env = os.environ if env is None else env
-    if not env.get(APPTAINER_ENV) or not image:
+def container_prefix(image: str, gpus: int, workdir: str, *, apptainer: bool) -> list[str]:
+    """Where the pool runs payloads through Apptainer (``apptainer``: the agent's setting, UPWELL_APPTAINER), the
+    ``apptainer exec`` prefix of the definition's image by digest, after the launcher so that each rank runs
+    in it; else []."""
+    if not apptainer or not image:
         return []
     return apptainer_exec(image, gpus=gpus, binds=(workdir,))

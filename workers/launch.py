@@ -40,14 +40,15 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
                 resume_dir: Path | None = None, stop: threading.Event | None = None,
                 on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
                 tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None,
-                definitions=None, clock: NodeClock | None = None) -> LaunchResult:
+                definitions=None, clock: NodeClock | None = None, apptainer: bool = False) -> LaunchResult:
     """Run ``item``'s payload to an end in ``workdir`` and report how it ended.
 
     ``ranks``: what the node's allocation gives (a Slurm job's CPUs); an MPI payload
     runs with that many ranks instead of the item's. ``definitions`` is the registry to
     resolve the item's payload in (built-ins only when None). A definition with a
     ``module`` runs here; any other runs its argv through ``workers.runner``. ``clock``: the
-    node clock the agent chose at start-up (``workers.supervision``); None watches nothing.
+    node clock the agent chose at start-up (``workers.supervision``); None watches nothing. ``apptainer``: a
+definition's command runs in its image through Apptainer (``workers.gang.container_prefix``).
 
     Raises InputRejected (permanent) when the payload is not registered, its
     parameters do not validate, or it needs an input and none was given.
@@ -58,7 +59,7 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
     shape.check_cores(shape.of_item(item), node_cores(), where="this node")  # at dispatch, as at submit
     if not loaded.definition.module:
         result = run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
-                                on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock)
+                                on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock, apptainer=apptainer)
     else:
         result = _run_module(registry.spec_of(loaded.definition), item, workdir, input_path=input_path,
                              resume_dir=resume_dir, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,

@@ -133,9 +133,10 @@ def _status(d: Definition, code: int | None, outcome, kept: int) -> str:
 def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                    resume_dir: Path | None = None, stop: threading.Event | None = None,
                    on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                   tick_s: float = TICK_S, clock: NodeClock | None = None) -> LaunchResult:
+                   tick_s: float = TICK_S, clock: NodeClock | None = None, apptainer: bool = False) -> LaunchResult:
     """Run one attempt of ``item`` with definition ``loaded``; InputRejected for bad params or input.
-    ``clock``: the node clock that watches the tool for CPU wait (``workers.supervision``); None: nothing."""
+    ``clock``: the node clock that watches the tool for CPU wait (``workers.supervision``); None: nothing.
+    ``apptainer``: run the command in the definition's image through Apptainer (the pool's option)."""
     d = loaded.definition
     workdir = Path(workdir).resolve()
     params = payload_params.validate(d, item.params)
@@ -154,7 +155,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                            permanent=code in d.exit_codes.bad_input)
     if stop is not None and stop.is_set():
         return _result(loaded, workdir, "preempted", None, "", started, resumed)
-    argv = command_for(d, item, values, workdir, resumed)
+    argv = command_for(d, item, values, workdir, resumed, apptainer=apptainer)
     try:
         proc, streams = start(argv, workdir, env, shield_mpiexec=shield_mpiexec(d.launcher.kind))
     except FileNotFoundError:
@@ -175,7 +176,8 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                    cpu_wait_s=outcome.cpu_wait_s)
 
 
-def command_for(d: Definition, item: WorkItem, values: dict[str, str], workdir: Path, resumed: bool) -> list[str]:
+def command_for(d: Definition, item: WorkItem, values: dict[str, str], workdir: Path, resumed: bool, *,
+                apptainer: bool = False) -> list[str]:
     """The command's argv: under the definition's launcher, or, for a shard of several nodes with an MPI
     launcher, under the gang's launch over the allocation (workers.gang) instead of the definition's
     mpiexec; in the definition's image through Apptainer where the pool says so."""
@@ -184,7 +186,7 @@ def command_for(d: Definition, item: WorkItem, values: dict[str, str], workdir: 
     prefix = full[: len(full) - len(plain)]
     if d.launcher.kind == "mpi" and int(item.nodes) > 1:
         prefix = gang.launch_argv(shape.of_item(item), cores=gang.node_cores())
-    return [*prefix, *gang.container_prefix(d.image, d.resources.gpus, str(workdir)), *plain]
+    return [*prefix, *gang.container_prefix(d.image, d.resources.gpus, str(workdir), apptainer=apptainer), *plain]
 
 
 def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_path: Path | None) -> None:

@@ -98,8 +98,8 @@ def test_apptainer_runs_the_image_by_digest_with_nv_for_gpus():
     with pytest.raises(ConfigError, match="digest"):
         build.apptainer_exec("labcr.azurecr.io/lammps:latest")
     assert "export UPWELL_APPTAINER=1" in build.batch_script(spec(apptainer=True), nodes=2)
-    assert gang.container_prefix(IMAGE, 0, "/w", env={}) == []
-    assert gang.container_prefix(IMAGE, 2, "/w", env={"UPWELL_APPTAINER": "1"})[2] == "--nv"
+    assert gang.container_prefix(IMAGE, 0, "/w", apptainer=False) == []
+    assert gang.container_prefix(IMAGE, 2, "/w", apptainer=True)[2] == "--nv"
 
 
 # -- the allocation and the launch over it -----------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_hosts_of_a_slurm_allocation_and_of_a_batch_task():
 def test_launch_over_the_allocation():
     slurm = gang.launch_argv(Shape(2, 4), cores=120, env={"SLURM_JOB_ID": "7"})
     assert slurm == ["srun", "--mpi=pmix", "--nodes=2", "--ntasks=4", "--ntasks-per-node=2", "--cpus-per-task=60",
-                     "--overlap", "--kill-on-bad-exit=1"]
+                     "--overlap", "--kill-on-bad-exit=0"]
     assert gang.launch_argv(Shape(2, 6, True), cores=2, env={"SLURM_JOB_ID": "7"})[-1] == "--overcommit"
     batch = gang.launch_argv(Shape(2, 3), cores=4, env={"AZ_BATCH_HOST_LIST": "10.0.0.4,10.0.0.5"})
     assert batch == ["mpirun", "--host", "10.0.0.4:2,10.0.0.5:2", "-n", "3"]
@@ -147,8 +147,8 @@ def test_a_byo_mpi_definition_of_two_nodes_swaps_its_mpiexec_for_the_gang_launch
         "mpirun", "--host", "h1:1,h2:1", "-n", "2", "python3", "ring.py", "--steps", "3"]
     one = WorkItem(job_id="j", shard_id="s", payload="ring", pool="mpi", ranks=2)
     assert command_for(d, one, values, tmp_path, False)[:3] == ["mpiexec", "-n", "2"]  # its own launcher
-    monkeypatch.setenv("UPWELL_APPTAINER", "1")
-    assert command_for(d, item, values, tmp_path, False)[5:9] == ["apptainer", "exec", "--bind", str(tmp_path)]
+    assert command_for(d, item, values, tmp_path, False, apptainer=True)[5:9] == [
+        "apptainer", "exec", "--bind", str(tmp_path)]
 
 
 # -- the verdict -----------------------------------------------------------------------------------------------
