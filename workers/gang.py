@@ -97,12 +97,13 @@ def launch_argv(shape: Shape, *, cores: int, env: Mapping[str, str] | None = Non
     return [launcher, "--host", spread, "-n", str(total), *(["--oversubscribe"] if shape.oversubscribe else [])]
 
 
-def stopped_by_slurm(code: int | None, nodes: int) -> bool:
+def stopped_by_slurm(code: int | None, nodes: int, env: Mapping[str, str] | None = None) -> bool:
     """Whether a gang's launch ended because Slurm signalled its ranks: srun exits 128 + the signal that ended
     a task, and a SIGTERM there comes from Slurm (``scancel --signal=TERM``, the time limit's warning), which
     signals the job's steps, not the agent. Such an end is a preemption, never the payload's failure (a rank
     that had not yet installed its handler when the signal came dies of it instead of exiting 75)."""
-    return nodes > 1 and code == 128 + signal.SIGTERM
+    env = os.environ if env is None else env
+    return nodes > 1 and code == 128 + signal.SIGTERM and bool(env.get("SLURM_JOB_ID"))
 
 
 def container_prefix(image: str, gpus: int, workdir: str, *, apptainer: bool) -> list[str]:

@@ -165,5 +165,7 @@ def test_an_agent_runs_only_its_own_node_count_and_defers_the_rest(nodes, agent_
 
 
 def test_ranks_that_slurm_ended_with_sigterm_are_a_preemption_of_a_gang_only():
-    assert gang.stopped_by_slurm(143, 2)  # srun: 128 + SIGTERM
-    assert not gang.stopped_by_slurm(143, 1) and not gang.stopped_by_slurm(1, 2) and not gang.stopped_by_slurm(None, 2)
+    slurm = {"SLURM_JOB_ID": "7"}
+    assert gang.stopped_by_slurm(143, 2, slurm)  # srun: 128 + SIGTERM
+    assert not gang.stopped_by_slurm(143, 1, slurm) and not gang.stopped_by_slurm(1, 2, slurm)
+    assert not gang.stopped_by_slurm(None, 2, slurm) and not gang.stopped_by_slurm(143, 2, {})
