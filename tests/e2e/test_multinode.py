@@ -21,10 +21,11 @@ import yaml
 
 from tests.heat_reference import solve_serial
 from tests.pipeline_helpers import wait_for
-from upwell import names
+from upwell import logs, names
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
 from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
+from upwell.messages import decode
 from upwell.payloads.models import HeatParams
 from upwell.payloads.registry import Registry
 from upwell.pools import make_pool
@@ -32,7 +33,9 @@ from upwell.pools.base import NodeState, PoolSpec
 from upwell.pools.slurm import FINISHED, SlurmPool
 from upwell.settings import Settings
 from upwell.storage import Storage
+from workers.launch import run_payload
 from workers.payloads.heat import Grid
+from workers.staging import Staging
 
 pytestmark = pytest.mark.multinode
 REPO = Path(__file__).resolve().parents[2]
@@ -142,9 +145,24 @@ def test_a_two_node_shard_runs_over_both_nodes_and_matches_one_node(store, clust
     assert not Ledger(store).shard(two, "s00000").failures and not Ledger(store).shard(one, "s00000").failures
 
 
-def test_b_scancel_term_checkpoints_and_the_next_gang_resumes_to_the_same_result(store, cluster, spec, pool):
-    """b. scancel --signal=TERM reaches the agent and both ranks: checkpoint, the item goes back, a new gang
-    job resumes from the checkpoint, and the final result is the uninterrupted one."""
+def _resume_on_one_node(store: Storage, job_id: str, tmp_path: Path) -> None:
+    """The gang's checkpoint, read as the next allocation reads it, resumes at another node count too: here
+    one rank on this machine, to the uninterrupted result."""
+    (msg,) = [m for m in store.queue(names.work_queue("mpi")).peek_messages(max_messages=32) if job_id in m.content]
+    item = decode(msg.content)
+    resume = Staging(store, str(tmp_path), logs.get("test")).checkpoint_in(item, tmp_path)
+    assert resume is not None, "no checkpoint for the next allocation"
+    one = dataclasses.replace(item, nodes=1, ranks=1, attempt=2)
+    result = run_payload(one, tmp_path / "work", resume_dir=resume)
+    assert result.status == "succeeded" and result.metrics["resumed_from_step"] > 0, result.stderr_tail
+    assert result.metrics["ranks"] == 1 and abs(result.metrics["l2_error"] - _reference_l2(LONG)) <= 1e-12
+
+
+def test_b_scancel_term_checkpoints_and_the_next_gang_resumes_to_the_same_result(store, cluster, spec, pool,
+                                                                                   tmp_path):
+    """b. scancel --signal=TERM reaches the agent and both ranks: checkpoint, the item goes back, and a new gang
+    job resumes from the checkpoint to the uninterrupted result (which one rank from the same checkpoint also
+    reaches: the resume works at another node count)."""
     job_id = _ingest(store, spec, "multi/term/job.yaml", "{nodes: 2, ranks_per_node: 1}", LONG)
     pool.scale_to(2, gangs={2: 1})
     _first_checkpoint(spec, cluster)
@@ -155,9 +173,11 @@ def test_b_scancel_term_checkpoints_and_the_next_gang_resumes_to_the_same_result
     assert list(store.list(names.CHECKPOINTS, f"{job_id}/s00000/")), "no checkpoint was uploaded"
     wait_for(lambda: all(j.state in FINISHED for j in pool.jobs()), 60, "the preempted gang to leave",
              lambda: _logs(spec))
-    logs = _logs(spec)  # the ranks checkpointed and exited 75, and srun passed it on: nothing tore them down
-    preempted = [json.loads(line) for line in logs.splitlines() if '"agent.preempted"' in line]
-    assert [p["exit_code"] for p in preempted] == [75], logs
+    job_logs = _logs(spec)  # the ranks checkpointed and exited 75, and srun passed it on: nothing tore them down
+    preempted = [json.loads(line) for line in job_logs.splitlines() if '"agent.preempted"' in line]
+    payload_log = store.read(f"results/{job_id}/s00000/payload.log").decode(errors="replace")[-3000:]
+    assert [p["exit_code"] for p in preempted] == [75], f"{job_logs}\n== payload.log\n{payload_log}"
+    _resume_on_one_node(store, job_id, tmp_path)
     pool.scale_to(2, gangs={2: 1})
     result = _result(store, spec, job_id, 180)
     assert result["status"] == "succeeded", result["error"]

@@ -27,6 +27,7 @@ import ctypes
 import json
 import math
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -389,9 +390,19 @@ def main(ctx: Context) -> int:
         if block.rank == 0:
             write_metrics(ctx, m)
             mark_preempted(ctx, run.step)
-        return EXIT_PREEMPTED
+        return leaving(EXIT_PREEMPTED)
     finish(ctx, block, run, m)
-    return EXIT_OK
+    return leaving(EXIT_OK)
+
+
+def leaving(code: int) -> int:
+    """From here the rank only exits: a further stop signal is ignored. Python restores the default handlers
+    while it finalizes, before mpi4py's MPI_Finalize, and under srun Slurm's SIGTERM can come twice (to the
+    step, and forwarded by srun): the second one would kill a rank that has checkpointed, or finished, and
+    turn its exit into a death by SIGTERM. An ignored signal stays ignored through finalization."""
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
+    return code
 
 
 if __name__ == "__main__":
