@@ -12,6 +12,9 @@ Before an attempt (``decide_delivery``), then after marking the shard running (`
 - a job at or over its budget is no longer dispatched: its shards are dropped, not poisoned;
 - a cancelled job (``upwell cancel``) is no longer dispatched: a leftover message is cancelled;
 - a job killed or past its max wall-clock (the kill switch) is no longer dispatched: dropped;
+- a shard whose node count is not the agent's (a gang agent of k nodes takes only shards of k nodes,
+  a one-node agent only shards of one) is deferred the same way: another agent runs it, and it is
+  never a failure;
 - a job at its concurrency cap defers the shard: visible again after ``defer_s``, not a failure.
   Before the claim, ``cap`` other running shards defer it; after it, a shard that is not among the
   first ``cap`` by the server's write time backs off (two agents that raced see the same order).
@@ -50,7 +53,7 @@ class VerdictKind(StrEnum):
     POISON = "poison"  # record the failure as the result, copy to -poison, acknowledge
     DROP = "drop"  # record the failure as the result (not poisoned), acknowledge
     CANCELLED = "cancelled"  # the job was cancelled: keep any checkpoint, mark the shard, acknowledge
-    DEFER = "defer"  # the job is at its concurrency cap: visible again after delay_s; not a failure
+    DEFER = "defer"  # at the job's cap, or another agent's shape: visible after delay_s; not a failure
 
 
 @dataclass(frozen=True)
@@ -96,11 +99,12 @@ def concurrency_cap(job: JobRow, setting: int) -> int:
 
 def decide_delivery(*, decoded: bool, result_exists: bool, dequeue_count: int, shard: ShardRow, job: JobRow,
                     config: AttemptConfig, now: datetime | None = None, cap: int = 0,
-                    active: Sequence[tuple[str, str]] = ()) -> Verdict:
+                    active: Sequence[tuple[str, str]] = (), nodes: int = 1, agent_nodes: int = 1) -> Verdict:
     """Before an attempt: run it, or settle the message without running. ``now``: when the facts were
     gathered (the job's wall-clock limit is judged against it; None reads the clock, for callers that
     judge nothing by time); ``cap``: concurrency_cap; ``active``:
-    (server write time, shard id) of the job's running shards, read when there is a cap."""
+    (server write time, shard id) of the job's running shards, read when there is a cap; ``nodes``: the
+    shard's node count; ``agent_nodes``: the allocation's the agent serves (1, or a gang's k)."""
     if not decoded:
         return Verdict(VerdictKind.POISON, reason="the message cannot be decoded")
     if result_exists:
@@ -117,6 +121,9 @@ def decide_delivery(*, decoded: bool, result_exists: bool, dequeue_count: int, s
     overdue = wallclock.job_overdue(job, now)
     if overdue:
         return Verdict(VerdictKind.DROP, reason=overdue)
+    if max(1, nodes) != max(1, agent_nodes):
+        return Verdict(VerdictKind.DEFER, delay_s=config.defer_s,
+                       reason=f"the shard runs on {max(1, nodes)} node(s); this agent's allocation has {agent_nodes}")
     if cap and sum(1 for _, sid in active if sid != shard.shard_id) >= cap:
         return _defer(cap, config)
     return Verdict(VerdictKind.RUN)

@@ -96,7 +96,7 @@ class Agent:
     def handle(self, msg) -> str:
         """One message: gather the facts once, decide once, then act; returns what happened (tests, logs)."""
         hand = gather(msg, self.loop.lease(msg), storage=self.storage, ledger=self.ledger, jobs=self.jobs,
-                      max_concurrency=self.settings.max_concurrency, log=self.log)
+                      max_concurrency=self.settings.max_concurrency, log=self.log, agent_nodes=self.config.gang_nodes)
         verdict = decide_delivery(**hand.facts(), config=self.attempts)
         if verdict.kind is VerdictKind.RUN:
             verdict = self._claim(hand)
@@ -152,11 +152,14 @@ class Agent:
         result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
                              on_tick=watch.ticker(self.node.ticking(hand.lease.renew)), ranks=self.config.ranks or None,
                              definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
-                             clock=self.clock)
+                             clock=self.clock, apptainer=self.config.apptainer)
         self.staging.keep_log(item, result)
-        return result, AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
-                                     stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),
-                                     timed_out=result.timed_out)
+        ended = AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
+                              stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),
+                              timed_out=result.timed_out)
+        if result.status == "preempted" and self.config.gang_nodes > 1:
+            self.stop.set()  # Slurm signalled the gang's ranks (scancel, a time limit): the allocation is going
+        return result, ended
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,9 @@ import socket
 from dataclasses import dataclass
 
 from upwell.nodelog import Liveness
+from upwell.pools.build_slurm import APPTAINER_ENV
 from upwell.settings import env_bool, env_float, env_int
+from workers.gang import gang_nodes
 
 SHARED_MACHINE = "UPWELL_SHARED_MACHINE"  # local nodes share this machine's CPUs (upwell.local.stack sets it)
 EVICTION_WATCH = "UPWELL_EVICTION_WATCH"  # an Azure node: watch Scheduled Events (the Azure pools set it)
@@ -38,6 +40,8 @@ class AgentConfig:
     max_items: int = 0  # 0: unlimited
     ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
     slots: int = 1  # work items run at once (the pool's tasks per node); 1: one after another
+    gang_nodes: int = 1  # the allocation's nodes (workers.gang): a gang agent takes only shards of as many
+    apptainer: bool = False  # BYO payloads run in their definition's image through Apptainer (a Slurm pool's option)
     job_row_ttl_s: float = 5.0  # a job row read this recently is reused (workers.jobrows); 0: read every delivery
     shared_machine: bool = False  # local nodes share this machine's CPUs: picks the node clock (workers.supervision)
     eviction_watch: bool = False  # poll Scheduled Events (workers.eviction): on Azure nodes only
@@ -58,7 +62,8 @@ class AgentConfig:
                   retry_backoff_s=env_float(env, "UPWELL_RETRY_BACKOFF_S", 2.0, minimum=0),
                   poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0),
-                  slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1),
+                  slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1), gang_nodes=gang_nodes(env),
+                  apptainer=env_bool(env, APPTAINER_ENV),
                   job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0),
                   shared_machine=env_bool(env, SHARED_MACHINE),
                   eviction_watch=env_bool(env, EVICTION_WATCH), imds_url=env.get(IMDS_URL) or AZURE_IMDS,

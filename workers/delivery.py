@@ -44,12 +44,14 @@ class Hand:
     etag: str = ""
     claimed: bool = False
     staging_wait_s: float = 0.0
+    agent_nodes: int = 1  # the allocation's node count this agent serves (workers.gang)
 
     def facts(self) -> dict[str, Any]:
         """The keywords of upwell.verdict.decide_delivery."""
         return dict(decoded=self.item is not None, result_exists=self.result_exists,
                     dequeue_count=self.msg.dequeue_count, shard=self.shard, job=self.job, now=self.now,
-                    cap=self.cap, active=self.active)
+                    cap=self.cap, active=self.active, agent_nodes=self.agent_nodes,
+                    nodes=int(getattr(self.item, "nodes", 1) or 1))
 
     def seen_row(self) -> dict[str, str] | None:
         """The shard row as this agent last left it, for the result document: status and ETag."""
@@ -61,15 +63,16 @@ class Hand:
 
 
 def gather(msg, lease: Lease, *, storage: Storage, ledger: Ledger, jobs: JobRows, max_concurrency: int,
-           log: Any) -> Hand:
-    """The facts about one delivery (see the module's docstring)."""
+           log: Any, agent_nodes: int = 1) -> Hand:
+    """The facts about one delivery (see the module's docstring). ``agent_nodes``: the allocation's node
+    count (a gang agent's k; 1 for a one-node agent)."""
     try:
         item = decode(msg.content)
     except DecodeError as exc:
         return Hand(msg, lease, None, log, decode_error=str(exc))
     hand = Hand(msg, lease, item, log.bind(job_id=item.job_id, shard_id=item.shard_id),
                 ShardRow(job_id=item.job_id, shard_id=item.shard_id), JobRow(job_id=item.job_id),
-                now=datetime.now(UTC))
+                now=datetime.now(UTC), agent_nodes=agent_nodes)
     hand.result_exists = storage.exists(f"{names.RESULTS}/{item.result_blob}")
     if hand.result_exists:
         return hand

@@ -1,7 +1,8 @@
 """Run one payload process for one work item: the launcher the agent and ``upwell payload run`` share.
 
 ``run_payload`` prepares the work directory (``workers.workdir``), starts the registered module
-(plain, under mpiexec, or under torchrun) in its own process group, streams its output to
+(plain, under mpiexec, or under torchrun; a shard of several nodes under ``workers.gang``'s launch over
+the allocation) in its own process group, streams its output to
 ``payload.log``, calls ``on_tick`` every few seconds, forwards a stop request as a signal
 (``workers.payload_process``), and turns the exit into a ``LaunchResult``. A definition without a module
 runs through ``workers.runner``. The contract is written down in ``workers/payloads/README.md``.
@@ -21,9 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from upwell import shape
-from upwell.errors import InputRejected
+from upwell.errors import ConfigError, InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
+from workers import gang
+from workers.gang import node_cores
 from workers.payload_process import GRACE_S, TICK_S, Outcome, start, supervise
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, METRICS_FILE, read_progress
 from workers.procs import REPO_ROOT, shield_mpiexec
@@ -37,14 +40,15 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
                 resume_dir: Path | None = None, stop: threading.Event | None = None,
                 on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
                 tick_s: float = TICK_S, grace_s: float = GRACE_S, ranks: int | None = None,
-                definitions=None, clock: NodeClock | None = None) -> LaunchResult:
+                definitions=None, clock: NodeClock | None = None, apptainer: bool = False) -> LaunchResult:
     """Run ``item``'s payload to an end in ``workdir`` and report how it ended.
 
     ``ranks``: what the node's allocation gives (a Slurm job's CPUs); an MPI payload
     runs with that many ranks instead of the item's. ``definitions`` is the registry to
     resolve the item's payload in (built-ins only when None). A definition with a
     ``module`` runs here; any other runs its argv through ``workers.runner``. ``clock``: the
-    node clock the agent chose at start-up (``workers.supervision``); None watches nothing.
+    node clock the agent chose at start-up (``workers.supervision``); None watches nothing. ``apptainer``: a
+definition's command runs in its image through Apptainer (``workers.gang.container_prefix``).
 
     Raises InputRejected (permanent) when the payload is not registered, its
     parameters do not validate, or it needs an input and none was given.
@@ -54,13 +58,25 @@ def run_payload(item: WorkItem, workdir: Path, *, input_path: Path | None = None
         item = dataclasses.replace(item, ranks=int(ranks) * max(1, int(item.nodes)))
     shape.check_cores(shape.of_item(item), node_cores(), where="this node")  # at dispatch, as at submit
     if not loaded.definition.module:
-        return run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
-                              on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock)
-    result = _run_module(registry.spec_of(loaded.definition), item, workdir, input_path=input_path,
-                         resume_dir=resume_dir, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
-                         grace_s=grace_s, clock=clock)
-    result.definition = provenance(loaded)
+        result = run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
+                                on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock, apptainer=apptainer)
+    else:
+        result = _run_module(registry.spec_of(loaded.definition), item, workdir, input_path=input_path,
+                             resume_dir=resume_dir, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
+                             grace_s=grace_s, clock=clock)
+        result.definition = provenance(loaded)
+    if int(item.nodes) > 1:  # the allocation's hosts, as Slurm or Batch lists them, for the result's provenance
+        result.hosts = allocation_hosts(int(item.nodes))
     return result
+
+
+def allocation_hosts(nodes: int) -> list[str]:
+    """The first ``nodes`` hosts of the allocation (workers.gang); [] where they cannot be read, which must
+    not fail a run that has ended."""
+    try:
+        return gang.hosts()[:nodes]
+    except ConfigError:
+        return []
 
 
 def resolve(item: WorkItem, definitions=None):
@@ -91,7 +107,8 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
     outcome = supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                         grace_s=grace_s, stop_signal=stop_signal_for(spec, item), clock=clock)
     streams.join()
-    status = _status(proc.returncode, workdir, outcome)
+    status = "preempted" if gang.stopped_by_slurm(proc.returncode, int(item.nodes)) else \
+        _status(proc.returncode, workdir, outcome)
     return _result(workdir, status, proc.returncode, before, streams.tail(), time.monotonic() - started,
                    timed_out=outcome.timed_out, cpu_wait_s=outcome.cpu_wait_s)
 
@@ -115,6 +132,8 @@ def build_command(spec: registry.PayloadSpec, item: WorkItem, workdir: Path) -> 
     values = {"python": sys.executable, "workdir": str(workdir)}
     tail = [render(a, values) for a in spec.command][1:]
     ranks = max(1, int(item.ranks))
+    if spec.launcher == "mpi" and int(item.nodes) > 1:  # a gang: every node of the allocation
+        return [*gang.launch_argv(shape.of_item(item), cores=node_cores(), mpirun=find_mpiexec), sys.executable, *tail]
     if spec.launcher == "mpi":
         extra = ["--oversubscribe"] if item.oversubscribe else []  # only where the definition allowed it
         return [find_mpiexec(), "-n", str(ranks), *extra, "--bind-to", "none", sys.executable, *tail]
@@ -124,15 +143,6 @@ def build_command(spec: registry.PayloadSpec, item: WorkItem, workdir: Path) -> 
     if spec.launcher not in ("python", "torchrun", "mpi"):
         raise InputRejected(f"payload {spec.name!r} has unknown launcher {spec.launcher!r}", field="payload")
     return [sys.executable, *tail]
-
-
-def node_cores() -> int:
-    """The cores of this node that the payload may use: Slurm's count for the allocation where it runs
-    under Slurm, else the CPUs this process may run on."""
-    slurm = os.environ.get("SLURM_CPUS_ON_NODE", "")
-    if slurm.isdigit() and int(slurm) > 0:
-        return int(slurm)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def find_mpiexec() -> str:

@@ -5,8 +5,9 @@ One receive asks for up to as many messages as there are free slots; each is lea
 from then (``upwell.lease.Lease`` renews it while the payload runs). With one slot each item runs in the
 loop's thread; with more, each in a slot thread of its own. The loop ends when ``stop`` (preempt: items in
 hand checkpoint and go back) or ``drain`` (items in hand finish) is set, after ``idle_exit_s`` without
-work, or at ``max_items``. A failed receive is logged and waited out; a handler that crashes is logged,
-and its message reappears when its lease lapses.
+work (a message put back for an agent of another shape is none: a gang holding k nodes that sees only
+one-node shards leaves, and lets them have its nodes), or at ``max_items``. A failed receive is logged
+and waited out; a handler that crashes is logged, and its message reappears when its lease lapses.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from upwell.errors import UpwellError
 from upwell.lease import Lease
 from upwell.storage import Storage
 from workers.node import Node
+from workers.settle import SHAPE_DEFERRED
 
 if TYPE_CHECKING:
     from workers.agent_config import AgentConfig
@@ -35,6 +37,7 @@ class LeaseLoop:
         self.queue = storage.queue(queue_name)
         self.stop, self.drain, self.log = stop, drain, log
         self.processed = 0
+        self._worked = time.monotonic()  # when a message last meant work for this agent (the idle clock)
         self._lock = threading.Lock()
 
     def lease(self, msg) -> Lease:
@@ -46,7 +49,7 @@ class LeaseLoop:
         slots = max(1, self.config.slots)
         threads = ThreadPoolExecutor(slots, thread_name_prefix="upwell-slot") if slots > 1 else None
         inflight: set[Future] = set()
-        idle_since = time.monotonic()
+        self._worked = time.monotonic()
         self.node.state("idle")
         try:
             while not self.stop.is_set() and not self.drain.is_set():
@@ -62,13 +65,14 @@ class LeaseLoop:
                             self._one(handle, msg)
                         else:
                             inflight.add(threads.submit(self._one, handle, msg))
-                    idle_since = time.monotonic()
+                    if threads is None and self._idle_out(self._worked, wait=False):
+                        break  # only other agents' shapes came
                 elif inflight:  # busy slots and nothing more to take: wait for one (or poll again)
                     wait(inflight, timeout=self.config.poll_s, return_when=FIRST_COMPLETED)
-                    idle_since = time.monotonic()
+                    self._worked = time.monotonic()
                 elif want <= 0:
                     break  # max_items reached
-                elif msgs is not None and self._idle_out(idle_since):
+                elif msgs is not None and self._idle_out(self._worked):
                     break
         finally:
             if threads is not None:  # items in hand finish (drain) or checkpoint and go back (stop)
@@ -76,12 +80,13 @@ class LeaseLoop:
         self.node.stopped(drained=self.drain.is_set() and not self.stop.is_set())
         return 0
 
-    def _idle_out(self, idle_since: float) -> bool:
-        """Nothing to do: True when the agent has been idle past idle_exit_s, else wait one poll."""
+    def _idle_out(self, idle_since: float, *, wait: bool = True) -> bool:
+        """Nothing to do: True when the agent has been idle past idle_exit_s, else (``wait``) wait one poll."""
         if self.config.idle_exit_s and time.monotonic() - idle_since > self.config.idle_exit_s:
             self.log.info("agent.idle_exit", processed=self.processed)
             return True
-        self.stop.wait(self.config.poll_s)
+        if wait:
+            self.stop.wait(self.config.poll_s)
         return False
 
     def _receive(self, want: int) -> list | None:
@@ -104,9 +109,11 @@ class LeaseLoop:
     def _one(self, handle: Callable[[Any], str], msg) -> None:
         """Handle one message in its slot; a crash is logged and the message reappears after its lease."""
         try:
-            handle(msg)
+            if handle(msg) != SHAPE_DEFERRED:
+                self._worked = time.monotonic()
         except Exception as exc:
             self.log.exception("agent.handle_crashed", error=str(exc)[:300])
+            self._worked = time.monotonic()
         with self._lock:
             self.processed += 1
         self.node.refresh()

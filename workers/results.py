@@ -70,6 +70,7 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "python": provenance.python(),
             "packages": provenance.packages(),
             "trace_id": item.trace_id,
+            "hosts": list(getattr(launch, "hosts", None) or []),  # a gang's allocation (workers.gang)
         },
         "report": definition.get("report") or {},
         "error": error,

@@ -14,7 +14,8 @@ and each post-step's output).
 How an attempt ends: exit 0 is success; a code in ``exit_codes.preempted`` is a
 preemption; when the runner itself stopped the tool, any exit with a checkpoint
 file present is a preemption too (GROMACS exits 1 after writing its checkpoint on
-SIGTERM); a code in ``exit_codes.bad_input`` is permanent; anything else fails.
+SIGTERM), and so is a gang whose ranks Slurm ended with SIGTERM (``workers.gang.stopped_by_slurm``);
+a code in ``exit_codes.bad_input`` is permanent; anything else fails.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from upwell import shape
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import params as payload_params
 from upwell.payloads.argv import command_argv, values_for
-from upwell.payloads.definition import Definition, render
+from upwell.payloads.definition import Definition, Launcher, render
 from upwell.payloads.validate import Loaded
+from workers import gang
 from workers.payload_process import TAIL_BYTES, TICK_S, start, supervise
 from workers.procs import shield_mpiexec
 from workers.workdir import LaunchResult, prepare_workdir, read_json
@@ -130,9 +133,10 @@ def _status(d: Definition, code: int | None, outcome, kept: int) -> str:
 def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                    resume_dir: Path | None = None, stop: threading.Event | None = None,
                    on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                   tick_s: float = TICK_S, clock: NodeClock | None = None) -> LaunchResult:
+                   tick_s: float = TICK_S, clock: NodeClock | None = None, apptainer: bool = False) -> LaunchResult:
     """Run one attempt of ``item`` with definition ``loaded``; InputRejected for bad params or input.
-    ``clock``: the node clock that watches the tool for CPU wait (``workers.supervision``); None: nothing."""
+    ``clock``: the node clock that watches the tool for CPU wait (``workers.supervision``); None: nothing.
+    ``apptainer``: run the command in the definition's image through Apptainer (the pool's option)."""
     d = loaded.definition
     workdir = Path(workdir).resolve()
     params = payload_params.validate(d, item.params)
@@ -151,7 +155,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                            permanent=code in d.exit_codes.bad_input)
     if stop is not None and stop.is_set():
         return _result(loaded, workdir, "preempted", None, "", started, resumed)
-    argv = command_argv(d, values, resume=resumed)
+    argv = command_for(d, item, values, workdir, resumed, apptainer=apptainer)
     try:
         proc, streams = start(argv, workdir, env, shield_mpiexec=shield_mpiexec(d.launcher.kind))
     except FileNotFoundError:
@@ -160,7 +164,8 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                         grace_s=d.checkpoint.grace_s, stop_signal=signal.Signals[d.checkpoint.signal], clock=clock)
     streams.join()
     kept = _keep_checkpoint(d, workdir)
-    status = _status(d, proc.returncode, outcome, kept)
+    status = "preempted" if gang.stopped_by_slurm(proc.returncode, int(item.nodes)) else \
+        _status(d, proc.returncode, outcome, kept)
     tail = streams.tail()
     if status == "succeeded":
         failed = _post(d, workdir, values, env)
@@ -169,6 +174,19 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
     return _result(loaded, workdir, status, proc.returncode, tail, started, resumed, checkpoints=kept,
                    timed_out=outcome.timed_out, permanent=proc.returncode in d.exit_codes.bad_input,
                    cpu_wait_s=outcome.cpu_wait_s)
+
+
+def command_for(d: Definition, item: WorkItem, values: dict[str, str], workdir: Path, resumed: bool, *,
+                apptainer: bool = False) -> list[str]:
+    """The command's argv: under the definition's launcher, or, for a shard of several nodes with an MPI
+    launcher, under the gang's launch over the allocation (workers.gang) instead of the definition's
+    mpiexec; in the definition's image through Apptainer where the pool says so."""
+    full = command_argv(d, values, resume=resumed)
+    plain = command_argv(d.model_copy(update={"launcher": Launcher()}), values, resume=resumed)
+    prefix = full[: len(full) - len(plain)]
+    if d.launcher.kind == "mpi" and int(item.nodes) > 1:
+        prefix = gang.launch_argv(shape.of_item(item), cores=gang.node_cores())
+    return [*prefix, *gang.container_prefix(d.image, d.resources.gpus, str(workdir), apptainer=apptainer), *plain]
 
 
 def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_path: Path | None) -> None:

@@ -8,7 +8,8 @@ Nothing here decides; it does what the verdict says, in the order that keeps "no
   then acknowledge. An undecodable message has no result to write: it is only copied and acknowledged.
 - CANCELLED: any checkpoint kept (a re-run resumes from it), the shard marked, acknowledge.
 - PREEMPTED: checkpoint out, a preemption recorded, visible again at once.
-- DEFER: a deferral recorded (not a failure), visible again after the delay and some jitter.
+- DEFER: a deferral recorded (not a failure), visible again after the delay and some jitter; one for
+  another agent's shape (a gang's node count) says so (``SHAPE_DEFERRED``).
 - RETRY: after a failed payload, the failure recorded and visible again after the backoff; after an
   error around the run, only visible again (the lease lapses on its own if that fails too).
 """
@@ -29,6 +30,8 @@ from workers import results
 from workers.delivery import Hand
 from workers.node import Node
 from workers.staging import Staging
+
+SHAPE_DEFERRED = "deferred-shape"  # put back for an agent of the shard's node count: this one had no work
 
 
 class Settler:
@@ -117,7 +120,7 @@ class Settler:
         n = self.staging.checkpoint_out(item, result.checkpoint_dir)
         self.ledger.shard_preempted(item.job_id, item.shard_id, checkpoints=n, node_seconds=spent)
         hand.lease.release(verdict.delay_s)
-        hand.log.info("agent.preempted", checkpoint_files=n)
+        hand.log.info("agent.preempted", checkpoint_files=n, exit_code=result.exit_code)
         return "preempted"
 
     def _defer(self, hand: Hand, verdict: Verdict, *_: Any) -> str:
@@ -126,8 +129,9 @@ class Settler:
         item = hand.item
         self.ledger.shard_deferred(item.job_id, item.shard_id, node=self.node.id if hand.claimed else "")
         hand.lease.release(verdict.delay_s + random.randint(0, verdict.delay_s))
-        hand.log.info("agent.deferred", max_concurrency=hand.cap)
-        return "deferred"
+        hand.log.info("agent.deferred", max_concurrency=hand.cap, reason=verdict.reason)
+        # Another agent's shape is not work for this one (workers.leasing: it may still leave when idle).
+        return "deferred" if max(1, int(item.nodes)) == hand.agent_nodes else SHAPE_DEFERRED
 
     def _retry(self, hand: Hand, verdict: Verdict, result, _: Any, error: UpwellError | None) -> str:
         item = hand.item

@@ -141,14 +141,14 @@ def test_parse_job_id_refuses_other_output(out):
 
 
 def test_parse_squeue_keeps_only_the_pools_jobs():
-    out = ("11|RUNNING|hpc|n1|None|upwell-mpi|upwell-pool=mpi\n"
-           "12|PENDING|hpc|(null)|Resources|upwell-mpi|upwell-pool=mpi\n"
-           "13|RUNNING|hpc|n2|None|upwell-mpi|someone else's job\n"
-           "14|COMPLETED|hpc|n1|None|upwell-cpu|upwell-pool=cpu\n"
-           "15|CANCELLED by 0|hpc|n1|None|upwell-mpi|upwell-pool=mpi\n")
+    out = ("11|RUNNING|hpc|n1|1|None|upwell-mpi|upwell-pool=mpi\n"
+           "12|PENDING|hpc|(null)|2|Resources|upwell-mpi|upwell-pool=mpi\n"
+           "13|RUNNING|hpc|n2|1|None|upwell-mpi|someone else's job\n"
+           "14|COMPLETED|hpc|n1|1|None|upwell-cpu|upwell-pool=cpu\n"
+           "15|CANCELLED by 0|hpc|n[1-2]|2|None|upwell-mpi|upwell-pool=mpi\n")
     jobs = build.parse_squeue(out, spec())
-    assert [(j.job_id, j.state, j.nodes, j.reason) for j in jobs] == [
-        ("11", "RUNNING", "n1", ""), ("12", "PENDING", "", "Resources"), ("15", "CANCELLED", "n1", "")]
+    assert [(j.job_id, j.state, j.nodes, j.size, j.reason) for j in jobs] == [
+        ("11", "RUNNING", "n1", 1, ""), ("12", "PENDING", "", 2, "Resources"), ("15", "CANCELLED", "n[1-2]", 2, "")]
     with pytest.raises(ValueError, match="fields"):
         build.parse_squeue("11|RUNNING\n", spec())
 
@@ -182,13 +182,14 @@ class FakeSlurm:
     """Answers squeue from a table and records every command (for scale_to's choices only;
     the real behaviour is tested against a real Slurm in test_slurm_pool.py)."""
 
-    def __init__(self, rows: list[tuple[str, str]]):
+    def __init__(self, rows: list[tuple]):
         self.rows, self.calls, self.scripts, self.next_id = rows, [], [], 100
 
     def __call__(self, argv: list[str], stdin: str | None = None) -> str:
         self.calls.append(argv)
-        if argv[0] == "squeue":
-            return "".join(f"{j}|{s}|hpc|n1|None|upwell-mpi|upwell-pool=mpi\n" for j, s in self.rows)
+        if argv[0] == "squeue":  # rows: (job id, state) or (job id, state, node count)
+            return "".join(f"{r[0]}|{r[1]}|hpc|n1|{r[2] if len(r) > 2 else 1}|None|upwell-mpi|upwell-pool=mpi\n"
+                           for r in self.rows)
         if argv[0] == "sbatch":
             assert stdin and stdin.startswith("#!/bin/bash")
             self.scripts.append(stdin)

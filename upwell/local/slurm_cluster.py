@@ -2,9 +2,22 @@
 
 For the Slurm pool's tests and for trying the pool locally. Everything lives in
 one folder: slurm.conf, the controller's state, each node's spool, the logs.
-Authentication is ``auth/none`` (nothing leaves 127.0.0.1) and the ports are
+Authentication is ``auth/none`` (nothing leaves the loopback) and the ports are
 free ones, not Slurm's defaults, so a machine's own Slurm is left alone. Several
 slurmd run on one host through ``slurmd -N <node>``, each on its own port.
+
+Two arrangements. By default every node is this host at 127.0.0.1 (the one-node
+agents' tests). With ``hosts=True`` (the multi-node MPI tests) each node is a host
+of its own: node i listens on 127.0.0.(i+1) and its slurmd runs in a UTS namespace
+of its own whose host name is the node's name (``unshare --uts``, as root), so the
+job steps and MPI ranks it starts see ``n1`` or ``n2`` as the machine they are on;
+pmix's per-node server sockets go to ``TmpFS=<root>/%n/tmp`` so the two slurmd do
+not share them. Why not also a network namespace: 127.0.0.0/8 is all on ``lo`` in
+any namespace, so the nodes get their own addresses without one, and in the host's
+network namespace the agents reach Azurite on 127.0.0.1 directly; a private network
+would need a relay for every storage port (tried: ``srun --mpi=pmix`` across n1 and
+n2 gives size 2, one rank per node, a correct allreduce, with the venv's Open MPI
+and mpi4py and Debian's ``mpi_pmix`` plugin, which needs ``libpmix-dev``).
 
 ``slurm_conf`` is a pure builder; ``LocalSlurm`` keeps the folder, the ports and
 the daemon processes, and stops them (after cancelling every job) on ``stop``.
@@ -25,9 +38,15 @@ from pathlib import Path
 DAEMONS = ("slurmctld", "slurmd", "slurmrestd")
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun")
 HOW_TO_INSTALL = ("Slurm is not installed here. On Debian or Ubuntu, as root: `make slurm` (it runs "
-                  "`apt-get install -y slurm-wlm slurmrestd`); elsewhere install Slurm 22.05 or later so that "
+                  "`apt-get install -y slurm-wlm slurmrestd libpmix-dev`); elsewhere install Slurm 22.05 or later "
+                  "so that "
                   "slurmctld, slurmd, slurmrestd, sbatch, squeue, scancel, scontrol, sinfo and srun are on PATH "
                   "(the daemons are often in /usr/sbin).")
+
+
+# Where Debian's mpi_pmix plugin looks for libpmix.so (slurm-wlm is built --with-pmix=<multiarch>/pmix2);
+# libpmix2 ships only libpmix.so.2 there, libpmix-dev the libpmix.so the plugin opens.
+PMIX_DIRS = ("/usr/lib/x86_64-linux-gnu/pmix2/lib", "/usr/lib/aarch64-linux-gnu/pmix2/lib")
 
 
 class SlurmUnavailable(RuntimeError):
@@ -43,18 +62,47 @@ def find(program: str) -> str:
     return found
 
 
+def find_tool(program: str) -> str:
+    found = shutil.which(program, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    if not found:
+        raise SlurmUnavailable(f"{program} not found: the multi-node cluster needs util-linux's unshare "
+                               "(Debian: apt-get install util-linux)")
+    return found
+
+
+def check_hosts() -> None:
+    """The multi-node arrangement needs root (a UTS namespace per node), unshare, and Debian's pmix
+    plugin's library (libpmix.so from libpmix-dev), which ``srun --mpi=pmix`` loads."""
+    if os.geteuid() != 0:
+        raise SlurmUnavailable("the multi-node Slurm cluster runs each slurmd in a UTS namespace of its own, "
+                               "which needs root; run the multinode tests as root")
+    find_tool("unshare")
+    debian = [Path(d) for d in PMIX_DIRS if Path(d).is_dir()]
+    if debian and not any((d / "libpmix.so").exists() for d in debian):
+        raise SlurmUnavailable("srun --mpi=pmix cannot load PMIx: libpmix.so is missing. On Debian or Ubuntu, "
+                               "as root: `make slurm` (it runs `apt-get install -y libpmix-dev`)")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def node_addr(index: int, hosts: bool) -> str:
+    """The loopback address of the ``index``-th node (0-based): its own with ``hosts``, else 127.0.0.1."""
+    return f"127.0.0.{index + 2}" if hosts else "127.0.0.1"
+
+
 def slurm_conf(root: Path, *, ctld_port: int, node_ports: dict[str, int], cpus: int = 2,
-               host: str | None = None, kill_wait_s: int = 5, grace_s: int = 20, cluster: str = "upwell") -> str:
-    """slurm.conf for a one-host cluster under ``root``: auth/none, the given ports, no accounting."""
+               host: str | None = None, kill_wait_s: int = 5, grace_s: int = 20, cluster: str = "upwell",
+               hosts: bool = False) -> str:
+    """slurm.conf for a one-host cluster under ``root``: auth/none, the given ports, no accounting.
+    ``hosts``: each node a host of its own (its name, its loopback address, its pmix TmpFS)."""
     host = host or socket.gethostname()
-    nodes = [f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
-             f"RealMemory=1000 State=UNKNOWN" for name, port in node_ports.items()]
+    nodes = [f"NodeName={name} NodeHostname={name if hosts else host} NodeAddr={node_addr(i, hosts)} "
+             f"Port={port} CPUs={cpus} RealMemory=1000 State=UNKNOWN"
+             for i, (name, port) in enumerate(node_ports.items())]
     first = next(iter(node_ports.values()))
     return "\n".join([
         f"ClusterName={cluster}", f"SlurmctldHost={host}(127.0.0.1)",
@@ -64,6 +112,7 @@ def slurm_conf(root: Path, *, ctld_port: int, node_ports: dict[str, int], cpus: 
         f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd-%n.pid",
         f"SlurmctldLogFile={root}/log/slurmctld.log", f"SlurmdLogFile={root}/log/slurmd-%n.log",
         "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SwitchType=switch/none",
+        *([f"TmpFS={root}/%n/tmp"] if hosts else []),
         "MpiDefault=none", "MailProg=/bin/true", "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
         "SchedulerType=sched/backfill", "SchedulerParameters=bf_interval=1",
         "JobCompType=jobcomp/none", "AccountingStorageType=accounting_storage/none",
@@ -88,6 +137,7 @@ class LocalSlurm:
     root: Path
     nodes: tuple[str, ...] = ("n1", "n2")
     cpus: int = 2
+    hosts: bool = False  # each node a host of its own (see the module docstring); needs root and unshare
     procs: list[subprocess.Popen] = field(default_factory=list)
     rest_url: str = ""  # set once start_rest() has started slurmrestd
 
@@ -101,13 +151,20 @@ class LocalSlurm:
 
     def start(self, timeout: float = 30.0) -> LocalSlurm:
         binaries = {p: find(p) for p in (*DAEMONS, *CLIENTS)}
-        for sub in ("state", "log", *(f"spool/{n}" for n in self.nodes)):
+        if self.hosts:
+            check_hosts()
+        for sub in ("state", "log", *(f"spool/{n}" for n in self.nodes), *(f"{n}/tmp" for n in self.nodes)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.conf.write_text(slurm_conf(self.root, ctld_port=free_port(),
-                                        node_ports={n: free_port() for n in self.nodes}, cpus=self.cpus))
+        ports = {n: free_port() for n in self.nodes}
+        self.conf.write_text(slurm_conf(self.root, ctld_port=free_port(), node_ports=ports, cpus=self.cpus,
+                                        hosts=self.hosts))
         self._spawn([binaries["slurmctld"], "-D", "-i"], "slurmctld")
         for node in self.nodes:
-            self._spawn([binaries["slurmd"], "-D", "-N", node], f"slurmd-{node}")
+            slurmd = [binaries["slurmd"], "-D", "-N", node]
+            if self.hosts:  # its own host name: unshare, then `hostname` and exec slurmd in that namespace
+                slurmd = [find_tool("unshare"), "--uts", "/bin/sh", "-c",
+                          'hostname "$0" && exec "$@"', node, *slurmd]
+            self._spawn(slurmd, f"slurmd-{node}")
         try:
             self.wait_idle(timeout)
         except SlurmUnavailable:

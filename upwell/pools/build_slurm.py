@@ -33,7 +33,30 @@ replaces lost agents itself), ``python`` and ``workdir`` (the interpreter and
 the upwell checkout on the nodes; default this interpreter and checkout),
 ``output`` (the job's log file; Slurm patterns allowed), ``srun_args`` and
 ``sbatch_args`` (extra arguments, lists), ``env``, ``storage_account`` and
-``identity_client_id`` (as for the Azure pools).
+``identity_client_id`` (as for the Azure pools), ``cores_per_node`` (a gang's
+``--ntasks-per-node``: the ranks a node can hold), ``apptainer`` (bool: payloads run
+in their definition's image through ``apptainer exec``; see ``apptainer_exec``).
+
+Gangs: a shard of k nodes (upwell.shape) runs in one job of ``--nodes=k
+--exclusive`` (whole nodes: the shard's ranks per node are known only to the agent,
+which holds them against the node's cores at dispatch). Its one agent gets
+``UPWELL_GANG_NODES=k`` and takes only items of k nodes (workers.gang); squeue's
+``%D`` tells the pool each job's node count. Here the agent is the batch step itself
+(the script ``exec``s it, on the allocation's first node), not a step: its payload
+is a step of its own, ``srun --mpi=pmix`` over all k nodes, and srun turns a SIGTERM
+it receives into a SIGKILL of every rank (srun(1): "forcing job termination"), so it
+must not share a step with anything Slurm signals to checkpoint. So:
+
+- ``scancel --signal=TERM <job>``, the time limit's ``--signal=TERM@<grace>``: the
+  steps only, that is the ranks, which checkpoint and exit 75; srun passes the 75
+  on, and the agent puts the item back and leaves (the allocation is going);
+- ``scancel <job>``, preemption, a node taken away: the batch step as well; the
+  agent stops the payload, srun's own SIGTERM kills the ranks at once, and the
+  shard resumes from its last periodic checkpoint (``checkpoint_every``);
+- the pool's drain (scale-in of an idle gang): ``scancel --batch --signal=USR1``.
+
+Followed: scancel(1) ("by default, signals other than SIGKILL are not sent to the
+batch step"; ``--batch`` signals only it), sbatch(1) and srun(1) of Slurm 22.05.
 """
 
 from __future__ import annotations
@@ -48,8 +71,9 @@ from upwell.errors import ConfigError
 from upwell.pools.base import PoolSpec
 
 # squeue's fields in a fixed order; the comment is last because only it could hold the separator.
-SQUEUE_FORMAT = "%i|%T|%P|%N|%r|%j|%k"
-_SQUEUE_FIELDS = 7
+SQUEUE_FORMAT = "%i|%T|%P|%N|%D|%r|%j|%k"
+_SQUEUE_FIELDS = 8
+GANG_ENV = "UPWELL_GANG_NODES"  # the agent of a gang job: the allocation's node count (workers.gang reads it)
 DEFAULT_GRACE_S = 120
 _TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$|^UNLIMITED$|^INFINITE$")
 _SAFE = re.compile(r"^[A-Za-z0-9_.,:=+@/%-]+$")
@@ -113,10 +137,19 @@ def is_spot(spec: PoolSpec, part: str) -> bool:
     return bool(part) and part == spec.options.get("spot_partition")
 
 
-def directives(spec: PoolSpec, *, spot: bool = False) -> list[str]:
-    """The #SBATCH lines: the pool's identity, its allocation, and the signal before the time limit."""
-    lines = [f"--job-name={job_name(spec)}", f"--comment={comment(spec)}", "--nodes=1", "--ntasks=1",
-             f"--cpus-per-task={_int(spec, 'cpus_per_task', 1, low=1)}",
+def allocation(spec: PoolSpec, nodes: int = 1) -> list[str]:
+    """One agent's allocation: one task of ``cpus_per_task`` CPUs on one node, or a gang's k whole nodes
+    (``--ntasks-per-node`` from ``cores_per_node`` where the pool says how many ranks a node holds)."""
+    if nodes <= 1:
+        return ["--nodes=1", "--ntasks=1", f"--cpus-per-task={_int(spec, 'cpus_per_task', 1, low=1)}"]
+    per_node = _int(spec, "cores_per_node", 0)
+    return [f"--nodes={nodes}", *([f"--ntasks-per-node={per_node}"] if per_node else []), "--exclusive"]
+
+
+def directives(spec: PoolSpec, *, spot: bool = False, nodes: int = 1) -> list[str]:
+    """The #SBATCH lines: the pool's identity, its allocation (``nodes`` > 1: a gang), and the signal
+    before the time limit."""
+    lines = [f"--job-name={job_name(spec)}", f"--comment={comment(spec)}", *allocation(spec, nodes),
              f"--signal=TERM@{_int(spec, 'signal_grace_s', DEFAULT_GRACE_S)}",
              "--requeue" if spec.options.get("requeue") else "--no-requeue"]
     part = partition(spec, spot=spot)
@@ -132,7 +165,7 @@ def directives(spec: PoolSpec, *, spot: bool = False) -> list[str]:
             raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.time: {limit!r} is not a Slurm time "
                               "(minutes, [D-]HH:MM:SS)")
         lines.append(f"--time={limit}")
-    if spec.options.get("exclusive"):
+    if spec.options.get("exclusive") and nodes <= 1:
         lines.append("--exclusive")
     output = spec.options.get("output")
     if output:
@@ -141,17 +174,22 @@ def directives(spec: PoolSpec, *, spot: bool = False) -> list[str]:
 
 
 def agent_env(spec: PoolSpec, *, idle_exit_s: float, state_dir: str | None = None,
-              spot: bool = False) -> dict[str, str]:
+              spot: bool = False, nodes: int = 1) -> dict[str, str]:
     """What the agent needs beyond the submitter's environment: settings, never a key."""
     from upwell.pools.azure_common import agent_env as cloud_env
 
     env = {"UPWELL_POOL": spec.name, "UPWELL_VM_SIZE": spec.vm_size,
            "UPWELL_NODE_SPOT": "1" if spot or spec.options.get("spot") else "0",
            "UPWELL_IDLE_EXIT_S": f"{idle_exit_s:g}", "PYTHONUNBUFFERED": "1"}
-    # The payload's mpiexec runs its ranks on this node, inside the agent's step: it must not read the
-    # allocation (one task) or launch its daemons through a nested srun, which would hang.
-    env.update({"PRTE_MCA_plm": "^slurm", "PRTE_MCA_ras": "^slurm", "OMPI_MCA_plm": "^slurm",
-                "OMPI_MCA_ras": "^slurm"})
+    if nodes > 1:  # a gang: the payload's ranks start through srun --mpi=pmix over the whole allocation
+        env[GANG_ENV] = str(nodes)
+    else:
+        # The payload's mpiexec runs its ranks on this node, inside the agent's step: it must not read the
+        # allocation (one task) or launch its daemons through a nested srun, which would hang.
+        env.update({"PRTE_MCA_plm": "^slurm", "PRTE_MCA_ras": "^slurm", "OMPI_MCA_plm": "^slurm",
+                    "OMPI_MCA_ras": "^slurm"})
+    if spec.options.get("apptainer"):
+        env[APPTAINER_ENV] = "1"
     env.update(cloud_env(spec))
     if state_dir:
         env["UPWELL_SLURM_STATE_DIR"] = str(state_dir)
@@ -159,30 +197,59 @@ def agent_env(spec: PoolSpec, *, idle_exit_s: float, state_dir: str | None = Non
 
 
 def batch_script(spec: PoolSpec, *, idle_exit_s: float = 120.0, state_dir: str | None = None,
-                 python: str | None = None, workdir: str | None = None, spot: bool = False) -> str:
+                 python: str | None = None, workdir: str | None = None, spot: bool = False, nodes: int = 1) -> str:
     """The sbatch script that runs one agent. ``state_dir``: where agents write their state
-    (idle/running) for the pool to read, when the pool and the nodes share a file system."""
+    (idle/running) for the pool to read, when the pool and the nodes share a file system. ``nodes`` > 1:
+    a gang job (see the module docstring)."""
     python = str(spec.options.get("python") or python or sys.executable)
     workdir = str(spec.options.get("workdir") or workdir or REPO)
     q = shlex.quote
-    env = agent_env(spec, idle_exit_s=idle_exit_s, state_dir=state_dir, spot=spot)
-    # The ranks an MPI payload gets: what this allocation gave the agent's task (the node, if exclusive).
-    ranks = "${SLURM_CPUS_ON_NODE:-1}" if spec.options.get("exclusive") else "${SLURM_CPUS_PER_TASK:-1}"
-    srun = ["srun", "--ntasks=1", '--cpus-per-task="$UPWELL_RANKS"', "--kill-on-bad-exit=1",
-            *(q(a) for a in _list(spec, "srun_args")),
-            q(python), "-m", "workers.agent", "--pool", q(spec.name), "--idle-exit", q(f"{idle_exit_s:g}")]
-    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives(spec, spot=spot)),
-             "# upwell agent: one per job; srun makes it a job step, so Slurm's signals reach it.",
+    env = agent_env(spec, idle_exit_s=idle_exit_s, state_dir=state_dir, spot=spot, nodes=nodes)
+    agent = [q(python), "-m", "workers.agent", "--pool", q(spec.name), "--idle-exit", q(f"{idle_exit_s:g}")]
+    extra = [q(a) for a in _list(spec, "srun_args")]
+    if nodes > 1:  # the batch step itself (see the module docstring); its payload is the job's step
+        command, ranks = agent, []
+        why = "# upwell gang agent: the batch step; the payload's srun --mpi=pmix is the job's step."
+    else:
+        # The ranks an MPI payload gets: what this allocation gave the agent's task (the node, if exclusive).
+        cpus = "${SLURM_CPUS_ON_NODE:-1}" if spec.options.get("exclusive") else "${SLURM_CPUS_PER_TASK:-1}"
+        command = ["srun", "--ntasks=1", '--cpus-per-task="$UPWELL_RANKS"', "--kill-on-bad-exit=1", *extra, *agent]
+        ranks = [f'export UPWELL_RANKS="{cpus}"']
+        why = "# upwell agent: one per job; srun makes it a job step, so Slurm's signals reach it."
+    lines = ["#!/bin/bash", *(f"#SBATCH {d}" for d in directives(spec, spot=spot, nodes=nodes)), why,
              "set -eu", *(f"export {k}={q(v)}" for k, v in sorted(env.items())),
              f'export UPWELL_NODE_ID="slurm-{spec.name}-$SLURM_JOB_ID"',
-             f'export UPWELL_RANKS="{ranks}"',
+             *ranks,
              'if [ -n "${UPWELL_SLURM_STATE_DIR:-}" ]; then',
              f'  mkdir -p "$UPWELL_SLURM_STATE_DIR/{spec.name}"',
              f'  export UPWELL_STATE_FILE="$UPWELL_SLURM_STATE_DIR/{spec.name}/$SLURM_JOB_ID.json"',
              "fi",
              f"cd {q(workdir)}",
-             "exec " + " ".join(srun), ""]
+             "exec " + " ".join(command), ""]
     return "\n".join(lines)
+
+
+APPTAINER_ENV = "UPWELL_APPTAINER"  # set on the agent where the pool runs payloads through apptainer
+
+
+def apptainer_exec(image: str, *, gpus: int = 0, binds: tuple[str, ...] = ()) -> list[str]:
+    """The prefix that runs an argv inside a definition's image with Apptainer (the container runtime of
+    most HPC and CycleCloud Slurm clusters, which rarely allow Docker): ``apptainer exec`` of the image by
+    its digest, ``docker://<repo>@sha256:<digest>`` (a tag would let the image change under a shard),
+    ``--nv`` where the shard has GPUs (the host's NVIDIA driver and devices bound in), ``--bind`` for each
+    folder the payload reads and writes (its work dir; Apptainer binds $HOME, /tmp and the cwd only), and no
+    ``--cleanenv``, so that the MPI and Slurm variables reach the ranks. Followed: apptainer-exec(1) (the
+    ``docker://`` source, ``-B/--bind src[:dest]``, ``--nv``)."""
+    from upwell.payloads.definition import DIGEST
+
+    if not DIGEST.match(image):
+        raise ConfigError(f"apptainer runs images pinned by digest (<repo>@sha256:<64 hex>), got {image!r}")
+    argv = ["apptainer", "exec"]
+    if gpus:
+        argv.append("--nv")
+    for folder in binds:
+        argv += ["--bind", folder]
+    return [*argv, f"docker://{image}"]
 
 
 def sbatch_argv(spec: PoolSpec) -> list[str]:
@@ -195,9 +262,10 @@ def squeue_argv(spec: PoolSpec) -> list[str]:
     return ["squeue", "--noheader", "--states=all", f"--name={job_name(spec)}", f"--format={SQUEUE_FORMAT}"]
 
 
-def scancel_argv(job_ids: list[str], *, signal: str | None = None) -> list[str]:
-    """Cancel jobs, or (``signal``) send a signal to their steps, i.e. the agent."""
-    return ["scancel", *([f"--signal={signal}"] if signal else []), *job_ids]
+def scancel_argv(job_ids: list[str], *, signal: str | None = None, batch: bool = False) -> list[str]:
+    """Cancel jobs, or (``signal``) send a signal to their steps, i.e. the agent; ``batch``: to the batch
+    step instead (a gang's agent)."""
+    return ["scancel", *(["--batch"] if batch else []), *([f"--signal={signal}"] if signal else []), *job_ids]
 
 
 def parse_job_id(out: str) -> str:
@@ -218,6 +286,7 @@ class SlurmJob:
     reason: str = ""
     name: str = ""
     comment: str = ""
+    size: int = 1  # its node count (squeue %D): k for a gang job, asked for while it pends
 
 
 def parse_squeue(out: str, spec: PoolSpec) -> list[SlurmJob]:
@@ -229,11 +298,11 @@ def parse_squeue(out: str, spec: PoolSpec) -> list[SlurmJob]:
         parts = line.split("|", _SQUEUE_FIELDS - 1)
         if len(parts) != _SQUEUE_FIELDS:
             raise ValueError(f"squeue line has {len(parts)} fields, expected {_SQUEUE_FIELDS}: {line[:200]!r}")
-        job_id, state, part, nodes, reason, name, note = (p.strip() for p in parts)
+        job_id, state, part, nodes, count, reason, name, note = (p.strip() for p in parts)
         if note != comment(spec) or name != job_name(spec):
             continue
         jobs.append(SlurmJob(job_id, state.split()[0].upper(), part, "" if nodes in ("(null)", "") else nodes,
-                             "" if reason == "None" else reason, name, note))
+                             "" if reason == "None" else reason, name, note, int(count) if count.isdigit() else 1))
     return jobs
 
 
@@ -265,11 +334,10 @@ def mem_mb(value: str) -> int:
 
 
 def rest_job(spec: PoolSpec, script: str, env: dict[str, str], *, spot: bool = False,
-             workdir: str | None = None) -> dict:
+             workdir: str | None = None, nodes: int = 1) -> dict:
     """The body of POST /slurm/v0.0.38/job/submit: the script and the same options as its #SBATCH lines.
     ``env`` is the job's whole environment (slurmrestd exports nothing of the caller's)."""
-    job: dict = {"name": job_name(spec), "comment": comment(spec), "nodes": "1", "tasks": 1,
-                 "cpus_per_task": _int(spec, "cpus_per_task", 1, low=1),
+    job: dict = {"name": job_name(spec), "comment": comment(spec), **_rest_allocation(spec, nodes),
                  "signal": f"TERM@{_int(spec, 'signal_grace_s', DEFAULT_GRACE_S)}",
                  "requeue": bool(spec.options.get("requeue")),
                  "current_working_directory": str(spec.options.get("workdir") or workdir or REPO),
@@ -282,7 +350,7 @@ def rest_job(spec: PoolSpec, script: str, env: dict[str, str], *, spot: bool = F
         if value:
             job[field] = value
     job.update(_rest_limits(spec))
-    if spec.options.get("exclusive"):
+    if spec.options.get("exclusive") or nodes > 1:
         job["exclusive"] = "exclusive"
     if spec.options.get("gres"):
         raise ConfigError(f"UPWELL_POOLS.{spec.name}.options.gres is not supported through slurmrestd "
@@ -290,6 +358,14 @@ def rest_job(spec: PoolSpec, script: str, env: dict[str, str], *, spot: bool = F
     if spec.options.get("output"):
         job["standard_output"] = str(spec.options["output"])
     return {"script": script, "job": job}
+
+
+def _rest_allocation(spec: PoolSpec, nodes: int) -> dict:
+    """``allocation``'s fields in a slurmrestd job body."""
+    if nodes <= 1:
+        return {"nodes": "1", "tasks": 1, "cpus_per_task": _int(spec, "cpus_per_task", 1, low=1)}
+    per_node = _int(spec, "cores_per_node", 0)
+    return {"nodes": str(nodes), **({"tasks_per_node": per_node} if per_node else {})}
 
 
 def _rest_limits(spec: PoolSpec) -> dict:
@@ -318,7 +394,8 @@ def parse_rest_jobs(doc: dict, spec: PoolSpec) -> list[SlurmJob]:
         state = job.get("job_state")
         state = state[0] if isinstance(state, list) and state else state
         reason = str(job.get("state_reason") or "")
+        count = job.get("node_count")
         jobs.append(SlurmJob(str(job.get("job_id")), str(state or "UNKNOWN").upper(), str(job.get("partition") or ""),
                              str(job.get("nodes") or ""), "" if reason == "None" else reason, job_name(spec),
-                             comment(spec)))
+                             comment(spec), int(count) if isinstance(count, int) and count > 0 else 1))
     return jobs

@@ -15,6 +15,13 @@ says "running" until collect has seen the result). A drain signal that meets an
 agent which took an item after all only lets it finish; one that meets an agent
 still starting ends its job before it took anything.
 
+Gangs: ``scale_to(n, gangs={k: m})`` keeps m gang jobs of k nodes (``sbatch
+--nodes=k``, one agent each, which takes only shards of k nodes) beside the
+one-node agents, which fill the rest of n; gang jobs of a size the backlog no
+longer wants are removed as any other (pending ones cancelled, idle agents drained,
+busy ones left alone). ``status`` counts a gang job as k nodes: its agent's node id
+and k - 1 more (``<agent id>+<i>``), all in the job's state.
+
 The pool keeps its spec, the CLI runner, the state folder and the jobs it asked
 to drain (so that a second scale run does not count them twice).
 """
@@ -75,7 +82,7 @@ class CliDriver:
     def __init__(self, run: Callable[..., str]):
         self.run = run
 
-    def submit(self, spec: PoolSpec, script: str, *, spot: bool = False) -> str:
+    def submit(self, spec: PoolSpec, script: str, *, spot: bool = False, nodes: int = 1) -> str:
         try:
             return build.parse_job_id(self.run(build.sbatch_argv(spec), script))
         except ValueError as exc:
@@ -87,8 +94,8 @@ class CliDriver:
         except ValueError as exc:
             raise PoolError(f"squeue: {exc}") from None
 
-    def cancel(self, job_ids: list[str], *, signal: str | None = None) -> None:
-        self.run(build.scancel_argv(job_ids, signal=signal))
+    def cancel(self, job_ids: list[str], *, signal: str | None = None, batch: bool = False) -> None:
+        self.run(build.scancel_argv(job_ids, signal=signal, batch=batch))
 
 
 class RestDriver:
@@ -146,8 +153,9 @@ class RestDriver:
             raise translate_error("slurmrestd", text)
         return doc
 
-    def submit(self, spec: PoolSpec, script: str, *, spot: bool = False, env: dict[str, str] | None = None) -> str:
-        doc = self.call("POST", "/job/submit", build.rest_job(spec, script, env or {}, spot=spot))
+    def submit(self, spec: PoolSpec, script: str, *, spot: bool = False, env: dict[str, str] | None = None,
+               nodes: int = 1) -> str:
+        doc = self.call("POST", "/job/submit", build.rest_job(spec, script, env or {}, spot=spot, nodes=nodes))
         if not doc.get("job_id"):
             raise PoolError(f"slurmrestd returned no job id: {str(doc)[:300]}")
         return str(doc["job_id"])
@@ -155,9 +163,10 @@ class RestDriver:
     def jobs(self, spec: PoolSpec) -> list[build.SlurmJob]:
         return build.parse_rest_jobs(self.call("GET", "/jobs"), spec)
 
-    def cancel(self, job_ids: list[str], *, signal: str | None = None) -> None:
+    def cancel(self, job_ids: list[str], *, signal: str | None = None, batch: bool = False) -> None:
+        query = "&".join([*([f"signal={signal}"] if signal else []), *(["flags=BATCH_JOB"] if batch else [])])
         for job in job_ids:
-            self.call("DELETE", f"/job/{job}" + (f"?signal={signal}" if signal else ""))
+            self.call("DELETE", f"/job/{job}" + (f"?{query}" if query else ""))
 
 
 def translate_error(command: str, stderr: str) -> PoolError:
@@ -248,28 +257,48 @@ class SlurmPool(WorkerPool):
     def status(self, *, busy: Busy = None) -> PoolStatus:
         jobs, nodes = self._observe(busy)
         alive = [j for j in jobs if nodes[j.job_id] in _ALIVE]
-        spot = sum(1 for j in alive if build.is_spot(self.spec, j.partition))
+        spot = sum(j.size for j in alive if build.is_spot(self.spec, j.partition))
         preempted = sum(1 for j in jobs if nodes[j.job_id] is NodeState.PREEMPTED
                         or (j.state == "NODE_FAIL" and build.is_spot(self.spec, j.partition)))
         pending = [j for j in alive if nodes[j.job_id] is NodeState.PENDING and j.reason not in _ROUTINE]
         message = f"{len(pending)} agent job(s) pending: {pending[0].reason}" if pending else ""
-        by_node = {build.node_id(self.spec.name, j.job_id): nodes[j.job_id] for j in jobs}  # the agents' node ids
-        return PoolStatus(self.spec.name, target=len(alive), nodes=by_node, spot=spot, dedicated=len(alive) - spot,
+        by_node = {}  # the agents' node ids, and a gang job's other nodes after its agent's
+        for j in jobs:
+            agent = build.node_id(self.spec.name, j.job_id)
+            by_node.update({agent if i == 0 else f"{agent}+{i}": nodes[j.job_id] for i in range(max(1, j.size))})
+        total = sum(j.size for j in alive)
+        return PoolStatus(self.spec.name, target=total, nodes=by_node, spot=spot, dedicated=total - spot,
                           preempted=preempted, message=message)
 
     # -- action ----------------------------------------------------------------------
     def scale_to(self, n: int, *, spot: int | None = None, busy: Busy = None, gangs: Gangs = None) -> None:
-        """Submit agents up to n, or remove pending jobs, then idle agents, down to n; busy ones stay."""
+        """Keep the gang jobs ``gangs`` asks for, then one-node agents up to the rest of n (submit, or remove
+        pending jobs, then idle agents); busy ones stay."""
         jobs, nodes = self._observe(busy)
         alive = [j for j in jobs if nodes[j.job_id] in _ALIVE]
-        if n > len(alive):
-            live_spot = sum(1 for j in alive if build.is_spot(self.spec, j.partition))
+        wanted = {int(k): int(m) for k, m in (gangs or {}).items() if int(k) > 1 and int(m) > 0}
+        self._scale_gangs(wanted, alive, nodes)
+        singles = [j for j in alive if j.size <= 1]
+        n = max(0, n - sum(k * m for k, m in wanted.items()))
+        if n > len(singles):
+            live_spot = sum(1 for j in singles if build.is_spot(self.spec, j.partition))
             want_spot = self._spot_target(n, spot)
-            new_spot = min(max(0, want_spot - live_spot), n - len(alive))
-            for k in range(n - len(alive)):
+            new_spot = min(max(0, want_spot - live_spot), n - len(singles))
+            for k in range(n - len(singles)):
                 self.submit(spot=k < new_spot)
-        elif n < len(alive):
-            self._shrink(alive, nodes, len(alive) - n)
+        elif n < len(singles):
+            self._shrink(singles, nodes, len(singles) - n)
+
+    def _scale_gangs(self, wanted: dict[int, int], alive: list[build.SlurmJob], nodes: dict[str, NodeState]) -> None:
+        """Gang jobs of each size up to what ``wanted`` asks (k -> how many); of a size wanted less or not at
+        all, pending ones cancelled and idle ones drained (``_shrink``); busy ones stay."""
+        for size in sorted(set(wanted) | {j.size for j in alive if j.size > 1}):
+            have = [j for j in alive if j.size == size]
+            want = wanted.get(size, 0)
+            for _ in range(want - len(have)):
+                self.submit(nodes=size)
+            if want < len(have):
+                self._shrink(have, nodes, len(have) - want)
 
     def _spot_target(self, n: int, spot: int | None) -> int:
         if self.spec.options.get("spot"):
@@ -285,37 +314,42 @@ class SlurmPool(WorkerPool):
         if pending:
             self._cancel(pending)
         if idle:
-            self._cancel(idle, signal="USR1")
+            gangs = {j.job_id for j in alive if j.size > 1}  # their agent is the batch step (build_slurm)
+            for batch in (False, True):
+                chosen = [j for j in idle if (j in gangs) is batch]
+                if chosen:
+                    self._cancel(chosen, signal="USR1", batch=batch)
             now = time.monotonic()
             self._draining.update({job: now for job in idle})
         log.info("slurm.scale_in", pool=self.spec.name, cancelled=pending, drained=idle,
                  kept_busy=sum(1 for s in nodes.values() if s is NodeState.RUNNING))
 
-    def _cancel(self, job_ids: list[str], *, signal: str | None = None) -> None:
+    def _cancel(self, job_ids: list[str], *, signal: str | None = None, batch: bool = False) -> None:
         try:
-            self.driver.cancel(job_ids, signal=signal)
+            self.driver.cancel(job_ids, signal=signal, batch=batch)
         except PoolError as exc:
             if not any(s in str(exc).lower() for s in _ALREADY_GONE):
                 raise
 
-    def submit(self, *, spot: bool = False) -> str:
-        """One agent job; returns its id."""
+    def submit(self, *, spot: bool = False, nodes: int = 1) -> str:
+        """One agent job (``nodes`` > 1: a gang job of that many nodes); returns its id."""
         script = build.batch_script(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir),
-                                    spot=spot)
+                                    spot=spot, nodes=nodes)
         if isinstance(self.driver, RestDriver):
-            job_id = self.driver.submit(self.spec, script, spot=spot, env=self._rest_env(spot))
+            job_id = self.driver.submit(self.spec, script, spot=spot, env=self._rest_env(spot, nodes), nodes=nodes)
         else:
-            job_id = self.driver.submit(self.spec, script, spot=spot)
-        log.info("slurm.submitted", pool=self.spec.name, job_id=job_id, spot=spot)
+            job_id = self.driver.submit(self.spec, script, spot=spot, nodes=nodes)
+        log.info("slurm.submitted", pool=self.spec.name, job_id=job_id, spot=spot, nodes=nodes)
         return job_id
 
-    def _rest_env(self, spot: bool) -> dict[str, str]:
+    def _rest_env(self, spot: bool, nodes: int = 1) -> dict[str, str]:
         """What sbatch would have exported for the agent: PATH, the storage settings, the agent's own."""
         source = self.env if self.env is not None else os.environ
         env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
         env.update({k: v for k, v in source.items() if k == names.CONNECTION
                     or k.startswith(f"{names.CONNECTION}__") or k in _PASSED_TO_REST_JOBS})
-        env.update(build.agent_env(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir), spot=spot))
+        env.update(build.agent_env(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir), spot=spot,
+                                   nodes=nodes))
         return env
 
     def close(self) -> None:

@@ -16,7 +16,9 @@ request is agreed on by an allreduce every few steps, so all ranks stop at the
 same step, checkpoint, and exit 75.
 
 Outputs: ``out/field.npz`` (u, exact, x, y, t), ``out/series.json`` (step, t,
-l2_norm, analytic_l2_norm) and metrics (see the README).
+l2_norm, analytic_l2_norm) and metrics (see the README); ``hosts`` lists, rank by
+rank, the machine each rank ran on as MPI names it (``MPI_Get_processor_name``), so a
+run over several nodes shows where its ranks were.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import ctypes
 import json
 import math
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -374,6 +377,7 @@ def main(ctx: Context) -> int:
     stop = install_stop_handler()
     p = HeatParams(**ctx.params)
     block = Block(MPI.COMM_WORLD, Grid.from_params(p))
+    hosts = MPI.COMM_WORLD.allgather(MPI.Get_processor_name())
     run = load_state(ctx, block)
     block.exchange()  # only fills ghosts; sets up the connections before the clock starts
     block.any_flag(False)
@@ -381,13 +385,24 @@ def main(ctx: Context) -> int:
     done = advance(ctx, block, run, p, stop)
     compute_s = time.perf_counter() - t0 - run.ckpt_s
     m = metrics(ctx, block, run, started=started, compute_s=compute_s, done=done)
+    m["hosts"] = hosts
     if not done:
         if block.rank == 0:
             write_metrics(ctx, m)
             mark_preempted(ctx, run.step)
-        return EXIT_PREEMPTED
+        return leaving(EXIT_PREEMPTED)
     finish(ctx, block, run, m)
-    return EXIT_OK
+    return leaving(EXIT_OK)
+
+
+def leaving(code: int) -> int:
+    """From here the rank only exits: a further stop signal is ignored. Python restores the default handlers
+    while it finalizes, before mpi4py's MPI_Finalize, and under srun Slurm's SIGTERM can come twice (to the
+    step, and forwarded by srun): the second one would kill a rank that has checkpointed, or finished, and
+    turn its exit into a death by SIGTERM. An ignored signal stays ignored through finalization."""
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
+    return code
 
 
 if __name__ == "__main__":
