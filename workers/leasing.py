@@ -60,12 +60,7 @@ class LeaseLoop:
                 want = self._wanted(slots, len(inflight))
                 msgs = self._receive(want) if want > 0 else []
                 if msgs:
-                    for msg in msgs:
-                        if threads is None:
-                            self._one(handle, msg)
-                        else:
-                            inflight.add(threads.submit(self._one, handle, msg))
-                    if threads is None and self._idle_out(self._worked, wait=False):
+                    if self._hand_out(handle, msgs, threads, inflight):
                         break  # only other agents' shapes came
                 elif inflight:  # busy slots and nothing more to take: wait for one (or poll again)
                     wait(inflight, timeout=self.config.poll_s, return_when=FIRST_COMPLETED)
@@ -79,6 +74,17 @@ class LeaseLoop:
                 threads.shutdown(wait=True)
         self.node.stopped(drained=self.drain.is_set() and not self.stop.is_set())
         return 0
+
+    def _hand_out(self, handle: Callable[[Any], str], msgs: list, threads: ThreadPoolExecutor | None,
+                  inflight: set[Future]) -> bool:
+        """Handle ``msgs`` here (one slot) or in the slots' threads; True when a one-slot agent that got only
+        other agents' shapes has been idle past idle_exit_s."""
+        for msg in msgs:
+            if threads is None:
+                self._one(handle, msg)
+            else:
+                inflight.add(threads.submit(self._one, handle, msg))
+        return threads is None and self._idle_out(self._worked, wait=False)
 
     def _idle_out(self, idle_since: float, *, wait: bool = True) -> bool:
         """Nothing to do: True when the agent has been idle past idle_exit_s, else (``wait``) wait one poll."""
