@@ -21,10 +21,11 @@ import yaml
 
 from tests.heat_reference import solve_serial
 from tests.pipeline_helpers import wait_for
+from tests.slurm_fixture import running_slurm
 from upwell import logs, names
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
-from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
+from upwell.local.slurm_cluster import LocalSlurm
 from upwell.messages import decode
 from upwell.payloads.models import HeatParams
 from upwell.payloads.registry import Registry
@@ -46,14 +47,8 @@ LONG = {"nx": 32, "cfl": 0.01, "t_end": 0.4, "checkpoint_every": 2000}  # about 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
-    try:
-        slurm = LocalSlurm(tmp_path_factory.mktemp("slurm2"), nodes=("n1", "n2"), cpus=2, hosts=True).start()
-    except SlurmUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with running_slurm(tmp_path_factory.mktemp("slurm2"), nodes=("n1", "n2"), cpus=2, hosts=True) as slurm:
         yield slurm
-    finally:
-        slurm.stop()
 
 
 @pytest.fixture(scope="module")

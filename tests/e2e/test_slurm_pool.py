@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.pipeline_helpers import pipeline_env, running_host, wait_for, wait_reported
+from tests.slurm_fixture import running_slurm
 from upwell import names
 from upwell.ingest.blobnames import job_id_for
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
-from upwell.local.slurm_cluster import LocalSlurm, SlurmUnavailable
+from upwell.local.slurm_cluster import LocalSlurm
 from upwell.pools import build_slurm, make_pool
 from upwell.pools.base import NodeState, PoolSpec
 from upwell.pools.slurm import FINISHED, SlurmPool
@@ -32,14 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
     """slurmctld + slurmd n1, n2 (2 CPUs each), foreground processes, stopped after the module."""
-    try:
-        cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), nodes=("n1", "n2"), cpus=2).start()
-    except SlurmUnavailable as exc:
-        pytest.fail(str(exc), pytrace=False)
-    try:
+    with running_slurm(tmp_path_factory.mktemp("slurm"), nodes=("n1", "n2"), cpus=2) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
