@@ -9,7 +9,9 @@ VM: ``compute.name`` from IMDS instance metadata, the name Scheduled Events use.
 agent's stop event, the same path as SIGTERM (payloads checkpoint, messages go back at once, a preemption is
 recorded, the lease loop takes no more work); ``finish`` acknowledges the event with the documented
 ``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every attempt in hand
-settled and its checkpoint is uploaded. Events for other VMs change nothing.
+settled and its checkpoint is uploaded, but only an event that names this VM alone
+(``approvable``: an acknowledgement starts the event for every VM it names). Events for other VMs, and
+Freeze, Reboot or Redeploy events for this one, change nothing and are never acknowledged.
 
 Followed: learn.microsoft.com/azure/virtual-machines/linux/scheduled-events (the document, the event types,
 "Resources", the Metadata header, the StartRequests acknowledgement) and .../instance-metadata-service
@@ -40,6 +42,18 @@ def evictions(document: dict[str, Any], vm_name: str) -> list[str]:
             if e.get("EventType") in EVICTING and me in {str(r).casefold() for r in e.get("Resources") or []}]
 
 
+def approvable(document: dict[str, Any], vm_name: str) -> list[str]:
+    """The evictions of this VM that it may acknowledge: those naming this VM alone.
+
+    An acknowledgement lets an event proceed for every VM in its Resources, not only the one that sends it
+    (the documented note under "Start an event"): approving a Terminate or Preempt shared with other VMs
+    could delete them before their own agents checkpointed. Such an event starts at its NotBefore instead."""
+    mine = set(evictions(document, vm_name))
+    me = vm_name.casefold()
+    return [str(e.get("EventId", "")) for e in document.get("Events") or []
+            if str(e.get("EventId", "")) in mine and {str(r).casefold() for r in e.get("Resources") or []} == {me}]
+
+
 class Imds:
     """IMDS at ``base_url`` (Azure's: http://169.254.169.254): every request carries ``Metadata: true``."""
 
@@ -68,8 +82,8 @@ class Imds:
 class EvictionWatcher:
     """Polls Scheduled Events on its own thread until an eviction of this VM or ``finish``.
 
-    State: the IMDS client, the agent's stop event, the VM's name once read, and the EventIds it acted on
-    (acknowledged by ``finish``)."""
+    State: the IMDS client, the agent's stop event, the VM's name once read, and the EventIds of the
+    eviction it acted on that this VM may approve (acknowledged by ``finish``)."""
 
     def __init__(self, imds: Imds, stop: threading.Event, *, poll_s: float, log: Any) -> None:
         self.imds, self.stop, self.log = imds, stop, log
@@ -95,12 +109,13 @@ class EvictionWatcher:
         """One read of Scheduled Events; on an eviction of this VM, set the stop event and say so."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
-            ids = evictions(self.imds.scheduled_events(), self.vm_name)
+            document = self.imds.scheduled_events()
+            ids = evictions(document, self.vm_name)
         except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
             self.log.warning("agent.imds_unreachable", error=str(exc))
             return False
         if ids:
-            self.pending = ids
+            self.pending = approvable(document, self.vm_name)
             self.log.warning("agent.eviction_notice", events=ids, vm=self.vm_name)
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
         return bool(ids)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.eviction import evictions
+from workers.eviction import approvable, evictions
 
 
 def event(event_type: str, resources: list[str], event_id: str = "E1", status: str = "Scheduled") -> dict:
@@ -37,3 +37,21 @@ def test_only_preempt_or_terminate_naming_this_vm_evicts(events, vm, expected):
 
 def test_a_document_without_events_evicts_nothing():
     assert evictions({"DocumentIncarnation": 1}, "vmss_3") == []
+
+
+APPROVABLE = [
+    ("a scheduled terminate of this VM alone", [event("Terminate", ["vmss_3"])], ["E1"]),
+    ("the name compared without case", [event("Preempt", ["VMSS_3"])], ["E1"]),
+    # an acknowledgement starts the event for every VM it names: another VM's agent may still checkpoint
+    ("shared with another VM", [event("Terminate", ["vmss_3", "vmss_4"])], []),
+    ("already started: approved again, as a restarted agent does (IMDS answers 200)",
+     [event("Terminate", ["vmss_3"], status="Started")], ["E1"]),
+    ("a freeze of this VM alone", [event("Freeze", ["vmss_3"])], []),
+    ("ours alone beside a shared one", [event("Preempt", ["vmss_3", "x"], "E1"), event("Terminate", ["vmss_3"], "E2")],
+     ["E2"]),
+]
+
+
+@pytest.mark.parametrize(("events", "expected"), [c[1:] for c in APPROVABLE], ids=[c[0] for c in APPROVABLE])
+def test_only_an_eviction_of_this_vm_alone_is_approved(events, expected):
+    assert approvable({"DocumentIncarnation": 3, "Events": events}, "vmss_3") == expected
