@@ -10,9 +10,12 @@ def now_iso() -> str:
 
 
 def parse_iso(text: str | None) -> datetime | None:
+    """An ISO time; one without an offset (a date, or a time written by hand) is read as UTC, so that any two
+    compare."""
     if not text:
         return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def seconds_between(start: str | None, end: str | None) -> float | None:

@@ -47,6 +47,8 @@ def _run_all(store: Storage, tmp_path, job_id: str, n: int, **kw) -> None:
 
 def _cli(*args: str):
     result = runner.invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        return result.exit_code, f"{result.output}{type(result.exception).__name__}: {result.exception}"
     return result.exit_code, result.output
 
 

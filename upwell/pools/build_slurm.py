@@ -238,8 +238,8 @@ def apptainer_exec(image: str, *, gpus: int = 0, binds: tuple[str, ...] = ()) ->
     its digest, ``docker://<repo>@sha256:<digest>`` (a tag would let the image change under a shard),
     ``--nv`` where the shard has GPUs (the host's NVIDIA driver and devices bound in), ``--bind`` for each
     folder the payload reads and writes (its work dir; Apptainer binds $HOME, /tmp and the cwd only), and no
-    ``--cleanenv``, so that the MPI and Slurm variables reach the ranks. Followed: apptainer-exec(1) (the
-    ``docker://`` source, ``-B/--bind src[:dest]``, ``--nv``)."""
+    ``--cleanenv``, so that the MPI and Slurm variables reach the ranks. Followed: the apptainer-exec manual
+    page (the ``docker://`` source, ``-B/--bind src[:dest]``, ``--nv``)."""
     from upwell.payloads.definition import DIGEST
 
     if not DIGEST.match(image):
