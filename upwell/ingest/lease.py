@@ -15,6 +15,10 @@ order, had all gone out at the last beat). Every write goes through ``Ledger.cha
 the row's ETag, and only while this ingest is still the owner: one whose lease lapsed and was taken over
 learns it at its next beat (IngestLeased) and stops. Holder and reconciler read different clocks; NTP
 keeps them within a second or two, small beside ``ingest_lease_s`` (30 s by default, renewed every sixth).
+
+Followed: the Blob service's "Lease Blob" operation (a lock "for write and delete operations", 15 to 60 s
+or infinite) for the choice above, and the Table service's "Update Entity"/"Merge Entity" with ``If-Match``
+(a write that fails with 412 when the entity changed since it was read), through ``Ledger.change_job``.
 """
 
 from __future__ import annotations
