@@ -23,7 +23,7 @@ from upwell.ledger import Ledger
 from upwell.ops.reconcile import Reconciler
 from upwell.settings import Settings
 
-FEW = 40
+FEW = 24  # enough for a half that runs before the other half is sent; more only adds run time
 HALF = FEW // 2
 
 
