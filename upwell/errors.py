@@ -82,6 +82,10 @@ class Conflict(StorageError):
     """It exists already, or a condition (ETag, if-none-match) did not hold."""
 
 
+class IngestLeased(Conflict):
+    """Another ingest of the same upload holds the job row's lease and renews it: this one steps back."""
+
+
 class PoolErrorKind(str, Enum):
     QUOTA = "quota"
     CAPACITY = "capacity"

@@ -202,6 +202,9 @@ class JobRow(_Row):
     max_shard_wall_clock_s: float | None = None  # one attempt's limit,
     killed_at: str = ""  # and when and why the janitor ended it
     killed_reason: str = ""
+    ingest_owner: str = ""  # the ingest's lease (upwell.ingest.lease): who holds it,
+    ingest_beat_at: float = 0.0  # when it last renewed it (epoch seconds; 0: released),
+    ingest_sent: int = 0  # and how many of the job's work items, in shard order, had gone out by then
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""  # the server's last-write time
     etag: str = ""

@@ -129,6 +129,9 @@ class Settings:
     reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
     reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
     reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
+    # UPWELL_INGEST_LEASE_S: an ingest renews its lease on the job row every sixth of this while it writes;
+    # the reconciler re-drives an ingesting job only once its lease is this old (upwell.ingest.lease).
+    ingest_lease_s: int = 30
     # UPWELL_RECONCILE_SOURCE: how a pass finds incoming/ uploads: "listing" (list incoming/, check only blobs
     # past a last-modified watermark) or "changefeed" (read the blob change feed from a cursor; Azure only,
     # where the Bicep enables the feed; an account without one is listed).
@@ -198,7 +201,7 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
-         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"))
+         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"))
 _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
 
 

@@ -143,7 +143,10 @@ def in_process_host(stack: Stack, **options):
 
 
 class HostProcess:
-    """``python -m upwell.local.devhost`` as a child process, so that it can be killed with SIGKILL."""
+    """``python -m upwell.local.devhost`` as a child process, so that it can be killed with SIGKILL.
+    ``module``: a test's own entry point that sets a seam and then runs the devhost."""
+
+    module = "upwell.local.devhost"
 
     def __init__(self, stack: Stack):
         self.stack = stack
@@ -154,7 +157,7 @@ class HostProcess:
         env = {**os.environ, **self.stack.env, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "upwell.local.devhost", "--app", "function_app:app", "--host-json",
+                [sys.executable, "-m", self.module, "--app", "function_app:app", "--host-json",
                  str(REPO / "host.json"), "--port", "0", "--poll-interval", "0.3", "--shutdown-grace", "5"],
                 cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)

@@ -2,23 +2,36 @@
 shard on the pool's queue.
 
 Every check (pool, shard count, budgets, message size) runs before any effect; a job row left by an earlier
-delivery, or by the wait for data, becomes the job.
+delivery, or by the wait for data, becomes the job. The ingest holds the job row's lease while it writes
+(upwell.ingest.lease); a re-drive takes a lapsed lease over and resumes: its merge leaves the counters
+(``shards_done``, ``shards_failed``, ``spent_usd``) and ``created_at`` as they are, and it sends only the work
+items that had not gone out (past the lease's ``ingest_sent``, and whose shard row is still queued; a message
+sent twice is harmless, since collect counts a shard once).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from upwell import names
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
-from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.ingest.lease import IngestLease
+from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
+
+# Never lowered by a re-drive's merge, nor moved: the job's progress and its age.
+KEPT = frozenset({"job_id", "status", "shards_done", "shards_failed", "spent_usd", "created_at"})
+ROWS_PER_BEAT = 1000  # shard rows written between two chances to renew the lease
+# A test seam: called with each work item's index just before it is sent (the fault tests slow or stop the
+# enqueue with it, as a slow account or a crashed host would). None in production.
+SEND_HOOK: Callable[[int], None] | None = None
 
 
 class JobAcceptor:
@@ -78,10 +91,18 @@ class JobAcceptor:
                           gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe)
                  for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
-        self._record(job, shards)
-        self._enqueue(names.work_queue(job["pool"]), texts)
-        self.ledger.update_job(job_id, status=JobState.ACCEPTED, accepted_at=now_iso())
-        bound.info("ingest.accepted", shards=len(items), pool=job["pool"], payload=spec.ref,
+        lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
+        try:
+            todo = self._record(job, shards, lease)
+            if todo is None:
+                bound.info("ingest.moved_on", detail="the job left ingesting while this delivery checked it")
+                return len(items)
+            self._enqueue(names.work_queue(job["pool"]), texts, todo, lease)
+            lease.finish(accepted_at=now_iso())
+        except Exception:
+            lease.release()
+            raise
+        bound.info("ingest.accepted", shards=len(items), sent=len(todo), pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
         return len(items)
 
@@ -116,28 +137,44 @@ class JobAcceptor:
                             pool_spot_share=self.settings.pools[job["pool"]].spot_share,
                             ranks=resources.ranks, gpus=resources.gpus, nodes=resources.nodes)
 
-    def _record(self, job: dict, shards: list[tuple]) -> None:
-        """The job row (created, or the earlier one brought up to date) and one queued row per shard."""
+    def _record(self, job: dict, shards: list[tuple], lease: IngestLease) -> list[int] | None:
+        """The job row (created with the lease, or the earlier one taken over and brought up to date) and one
+        queued row per shard; the indices of the work items still to send (None: the job has moved on)."""
         job_id = job["job_id"]
-        _, created = self.ledger.create_job(JobRow.from_entity(job))
+        _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
+        started: set[str] = set()
         if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
-            fields = {k: v for k, v in job.items() if k not in ("status", "job_id")}
-            self.ledger.update_job(job_id, **fields, message="")
+            held = lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""})
+            if held is None:
+                return None
+            started = {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
         now = now_iso()
-        self.ledger.add_shards(job_id, [
-            ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
-                     params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
-                     result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
-            for sid, params, blob, digest in shards])
+        rows = [ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
+                         params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                         result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
+                for sid, params, blob, digest in shards]
+        for start in range(0, len(rows), ROWS_PER_BEAT):
+            self.ledger.add_shards(job_id, rows[start:start + ROWS_PER_BEAT])  # rows that exist are left alone
+            lease.renew(0)
+        # Sent already: every item before the lease's mark, and any whose shard an agent has taken since.
+        return [i for i, (sid, *_) in enumerate(shards) if i >= lease.sent and sid not in started]
 
-    def _enqueue(self, queue: str, texts: list[str]) -> None:
-        if len(texts) < 4:
-            for text in texts:
-                self.storage.send(queue, text)
-        else:  # one round trip each: in parallel (a sweep of thousands would take minutes one by one)
-            with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
-                for _ in pool.map(lambda text: self.storage.send(queue, text), texts):
-                    pass
+    def _enqueue(self, queue: str, texts: list[str], todo: list[int], lease: IngestLease) -> None:
+        """Send ``texts[i]`` for each ``i`` in ``todo``, renewing the lease as they go out in order."""
+        def send(i: int) -> None:
+            if SEND_HOOK is not None:
+                SEND_HOOK(i)
+            self.storage.send(queue, texts[i])
+
+        # one round trip each: in parallel (a sweep of thousands would take minutes one by one); results
+        # come back in order, so all before the one just seen have gone out
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
+            try:
+                for i, _ in zip(todo, pool.map(send, todo) if len(todo) >= 4 else map(send, todo), strict=True):
+                    lease.renew(i + 1)
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # a lost lease or a failed send: send no more
+                raise
 
 
 def _uploader(props) -> str:

@@ -1,8 +1,9 @@
 """Ingest: validate an upload, shard it, write the ledger, enqueue one work item per shard.
 
 Idempotent: the job id is derived from the blob's name and ETag, so a second
-delivery of the same upload finds its job and only finishes what a crashed first
-delivery left undone. Bad input is copied to quarantine/ beside an error file and
+delivery of the same upload finds its job: while the first holds the job row's lease
+(upwell.ingest.lease) it does nothing; once that lease has lapsed (a crashed host) it
+takes it over and only finishes what the first left undone. Bad input is copied to quarantine/ beside an error file and
 recorded in the ledger as a rejected job; nothing is deleted without a copy.
 
 This module holds the flow; its steps live beside it: the name rules (``blobnames``), the pipeline rule
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from upwell import logs, names
-from upwell.errors import InputRejected, NotFound
-from upwell.ingest import manifests
+from upwell.errors import IngestLeased, InputRejected, NotFound
+from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
 from upwell.ingest.blobnames import check_name, instrument_drop, is_manifest, is_manifest_input, job_id_for
 from upwell.ingest.datawait import data_exists, wait_for_data, waiting_manifests
@@ -40,7 +42,7 @@ class Outcome:
     """What ingesting one blob came to."""
 
     job_id: str
-    status: str  # "accepted" | "duplicate" | "rejected" | "skipped" | "waiting"
+    status: str  # "accepted" | "duplicate" | "rejected" | "skipped" | "waiting" | "leased"
     shards: int = 0
     message: str = ""
 
@@ -88,11 +90,15 @@ class Ingestor:
             if existing and existing.status not in (JobState.INGESTING, JobState.WAITING):
                 bound.info("ingest.duplicate", status=existing.status.value)
                 return Outcome(job_id, "duplicate", existing.shards_total)
+            if existing and lease.live(existing, time.time(), self.settings.ingest_lease_s):
+                return self._leased(job_id, bound, "another ingest holds the job row's lease")
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
                 opened = reads.submit(self.storage.chunks, f"{names.INCOMING}/{name}") if rule else None
                 return self._instrument(job_id, name, props, bound, rule, reads, opened)
+            except IngestLeased as exc:  # the check above raced another delivery: it goes on, this one stops
+                return self._leased(job_id, bound, str(exc))
             except (ValueError, RecursionError) as exc:  # the input broke a parser: still bad input
                 bound.exception("ingest.unreadable")
                 raise InputRejected(f"incoming/{name[:200]} cannot be read: {type(exc).__name__}: "
@@ -102,6 +108,12 @@ class Ingestor:
             quarantine(self.storage, self.ledger, job_id, name, props.etag, exc)
             bound.warning("ingest.rejected", error=exc.message, field=exc.field, row=exc.row)
             return Outcome(job_id, "rejected", message=exc.message)
+
+    @staticmethod
+    def _leased(job_id: str, bound, message: str) -> Outcome:
+        """A live ingest of the same upload holds the job: this delivery does nothing (upwell.ingest.lease)."""
+        bound.info("ingest.leased", detail=message)
+        return Outcome(job_id, "leased", message=message)
 
     # -- manifests ---------------------------------------------------------------
     def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:

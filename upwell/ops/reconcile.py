@@ -7,7 +7,9 @@ message that was poisoned (five failures in a row) leaves its job unfinished,
 because nothing else reads those places. One pass finds:
 
 * ``incoming/`` blobs older than the grace period with neither a job row nor a
-  quarantine record (a rejected job row), and jobs stuck in ``ingesting``;
+  quarantine record (a rejected job row), and jobs stuck in ``ingesting``: those whose
+  ingest's lease has lapsed (``upwell.ingest.lease``). An ingest that still renews its
+  lease is left alone, however long it runs, and looked at again next pass;
 * result blobs of active jobs whose shard row is not terminal;
 * terminal jobs without a report (the report message is sent again);
 * events in the Event Grid dead-letter container and messages in
@@ -46,10 +48,11 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from upwell import logs, names
 from upwell.errors import NotFound, RedriveExhausted
+from upwell.ingest import lease
 from upwell.ingest.blobnames import is_manifest, is_manifest_input, job_id_for
 from upwell.ingest.ingestor import Ingestor
 from upwell.ingest.quarantine import quarantine
-from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobState, Ledger
+from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
 from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
 from upwell.ops.changefeed import CONTAINER as CHANGEFEED
 from upwell.results.collect import RESULT_NAME, collect
@@ -139,10 +142,25 @@ class Reconciler:
 
     # -- incoming/ -------------------------------------------------------------------------------
 
-    def _known_jobs(self, since: float) -> dict[str, str]:
-        """job id -> status of the job rows changed since ``since`` (every job created later is among them)."""
+    def _known_jobs(self, since: float) -> dict[str, JobRow]:
+        """job id -> status and ingest lease of the job rows changed since ``since`` (every job created
+        later is among them)."""
         stamp = dt.datetime.fromtimestamp(max(since - CLOCK_SLACK_S, 0), dt.UTC)
-        return {j.job_id: str(j.status) for j in self.ledger.jobs(changed_since=stamp, only=["status"])}
+        rows = self.ledger.jobs(changed_since=stamp, only=["status", "ingest_beat_at"])
+        return {j.job_id: j for j in rows}
+
+    def _needs(self, job: JobRow | None, target: str) -> str:
+        """What an upload whose job row is ``job`` needs: "missed_upload" (no row), "stuck_ingest" (its
+        ingest's lease has lapsed), "live_ingest" (an ingest renews it: look again next pass) or ""."""
+        if job is None:
+            return "missed_upload"
+        if job.status != JobState.INGESTING:
+            return ""
+        if lease.live(job, self.clock(), self.settings.ingest_lease_s):
+            log.info("reconcile.live_ingest", target=target, job_id=job.job_id,
+                     beat_s=round(self.clock() - job.ingest_beat_at, 1))
+            return "live_ingest"
+        return "stuck_ingest"
 
     def _incoming(self, result: Pass, state: dict, redrives: dict) -> None:
         if self.settings.reconcile_source == "changefeed":
@@ -172,12 +190,10 @@ class Reconciler:
                 new_mark = min(new_mark, modified)  # too young: an event may still be on its way
                 break
             result.checked += 1
-            job_id = job_id_for(name, etag)
-            status = known.get(job_id)
-            if status and status != "ingesting":
+            kind = self._needs(known.get(job_id_for(name, etag)), name)
+            if not kind:
                 continue
-            kind = "stuck_ingest" if status == "ingesting" else "missed_upload"
-            if not self._redrive_ingest(result, redrives, kind, name, etag):
+            if kind == "live_ingest" or not self._redrive_ingest(result, redrives, kind, name, etag):
                 new_mark = min(new_mark, modified - 1e-3)  # not resolved: the next pass looks again
         if not self.dry_run:
             state["watermark"] = max(watermark, new_mark)
@@ -227,21 +243,21 @@ class Reconciler:
         cursor.segment, cursor.chunks = key, resume
         return resume == ends
 
-    def _resolve(self, result: Pass, redrives: dict, record: Record, known: dict[str, str], cutoff: float) -> bool:
+    def _resolve(self, result: Pass, redrives: dict, record: Record, known: dict[str, JobRow],
+                 cutoff: float) -> bool:
         """True once the upload a BlobCreated record names has its job (or needs none)."""
         if record.time and record.time.timestamp() > cutoff:
             return False  # too young: its event may still be on its way
         result.checked += 1
-        status = known.get(job_id_for(record.name, record.etag))
-        if status and status != "ingesting":
-            return True
+        kind = self._needs(known.get(job_id_for(record.name, record.etag)), record.name)
+        if kind in ("", "live_ingest"):
+            return not kind  # a live ingest: left for the next pass
         try:
             etag = str(self.storage.blob(names.INCOMING, record.name).get_blob_properties().etag)
         except (ResourceNotFoundError, NotFound):
             return True  # moved (a quarantined upload has its job row) or deleted since
         if etag != record.etag:
             return True  # overwritten since: the newer upload has its own record further on
-        kind = "stuck_ingest" if status == "ingesting" else "missed_upload"
         return self._redrive_ingest(result, redrives, kind, record.name, etag)
 
     def _redrive_ingest(self, result: Pass, redrives: dict, kind: str, name: str, etag: str) -> bool:
