@@ -26,7 +26,7 @@ from upwell import names
 from upwell.ledger import Ledger
 from upwell.timeutil import now_iso
 
-SHARDS = 100  # the random-moment faults: each must strike at least 5 times
+SHARDS = 60  # the random-moment faults: each must strike at least 5 times
 FEW = 40  # the one-shot and per-message faults
 
 
