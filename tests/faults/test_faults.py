@@ -27,6 +27,7 @@ from upwell.ledger import Ledger
 from upwell.timeutil import now_iso
 
 SHARDS = 60  # the random-moment faults: each must strike at least 5 times
+STORM_SHARDS = 100  # a SIGTERM storm preempts only the shards running when it strikes: it needs the longer job
 FEW = 40  # the one-shot and per-message faults
 
 
@@ -199,14 +200,14 @@ def test_devhost_killed_and_restarted(stack):
 def test_preemption_storm(stack):
     """SIGTERM agents at random (sometimes all at once): the payload checkpoints and exits 75, the
     message is visible again at once, and a preemption is recorded, never a failure."""
-    with harness.recorded("SIGTERM storm", shards=SHARDS) as counts:
+    with harness.recorded("SIGTERM storm", shards=STORM_SHARDS) as counts:
         with harness.in_process_host(stack):
             job_id = harness.upload(stack.storage, "faults/preempt/job.yaml",
-                                    harness.sweep("preempt", SHARDS, sleep_s=0.3))
+                                    harness.sweep("preempt", STORM_SHARDS, sleep_s=0.3))
             harness.wait_progress(stack.storage, job_id, 1)
             storm = Injector(3, signal_worker(stack, signal.SIGTERM, everyone=True), 0.8, 2.0)
             storm.start()
-            harness.wait_progress(stack.storage, job_id, SHARDS * 3 // 4, timeout=180)
+            harness.wait_progress(stack.storage, job_id, STORM_SHARDS * 3 // 4, timeout=180)
             counts.kills = storm.stop()
             harness.verify(stack, job_id, counts)
         harness.no_orphans(stack)
