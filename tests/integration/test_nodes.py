@@ -149,7 +149,7 @@ def test_node_step_removes_dead_and_drained_nodes_by_id_and_drains_only_idle_one
           _row(name, "idle-a", NodeState.IDLE, age=0), _row(name, "idle-b", NodeState.IDLE, age=0),
           _row(name, "working", NodeState.RUNNING, age=0, shards=("j/s2",)))
     pool = RecordingPool(PoolSpec(name, backend="local"))
-    status = PoolStatus(name, target=6, nodes={"p": PoolNodeState.PENDING})
+    status = _status(name, 4, pending=1)  # the backend sees the four live agents and one node booting
     step = node_step.tend(pool, log, LIVE, status, busy={"busy", "working"}, target=2, now=NOW)
     assert pool.removed == [(["dead"], True), (["drained"], False)]
     assert step.dead == ("dead",) and step.drained == ("drained",)
@@ -159,6 +159,24 @@ def test_node_step_removes_dead_and_drained_nodes_by_id_and_drains_only_idle_one
     rows = {r.node: r for r in log.nodes(name)}
     assert set(rows) == {"busy", "idle-a", "idle-b", "working"}  # dead, drained and long-gone rows forgotten
     assert rows["idle-a"].draining and not rows["busy"].draining and not rows["working"].draining
+
+
+def _status(name: str, alive: int, pending: int = 0) -> PoolStatus:
+    """What the backend sees: ``alive`` nodes with an agent up, ``pending`` still booting."""
+    nodes = {f"n{i}": PoolNodeState.IDLE for i in range(alive)} | {f"p{i}": PoolNodeState.PENDING
+                                                                   for i in range(pending)}
+    return PoolStatus(name, target=alive + pending, nodes=nodes)
+
+
+def test_rows_of_agents_gone_without_a_last_beat_do_not_make_a_live_one_surplus(store):
+    log, name = NodeLog(store), _pool()
+    # three fresh-looking idle rows, but the backend sees one agent: two died without a last beat
+    _seed(log, *(_row(name, node, NodeState.IDLE, age=0) for node in ("ghost-1", "ghost-2", "live")))
+    pool = RecordingPool(PoolSpec(name, backend="local"))
+    step = node_step.tend(pool, log, LIVE, _status(name, 1), busy=(), target=1, now=NOW)
+    assert step.marked == () and pool.drained == []
+    step = node_step.tend(pool, log, LIVE, _status(name, 1), busy=(), target=0, now=NOW)
+    assert len(step.marked) == 1  # a real surplus of one is still drained
 
 
 def test_node_step_clears_marks_not_acted_on_when_the_target_rises(store):
@@ -205,8 +223,8 @@ def test_node_step_counts_a_gang_agent_as_its_allocations_nodes(store):
     log, name = NodeLog(store), _pool()
     _seed(log, _row(name, "gang", NodeState.IDLE, age=0, nodes=4), _row(name, "one", NodeState.IDLE, age=0))
     pool = RecordingPool(PoolSpec(name, backend="batch"))
-    step = node_step.tend(pool, log, LIVE, PoolStatus(name, target=5), busy=(), target=4, now=NOW)
+    step = node_step.tend(pool, log, LIVE, _status(name, 5), busy=(), target=4, now=NOW)
     assert step.marked == ("one",)  # five nodes for a target of four: the one-node agent goes, not the gang
-    step = node_step.tend(pool, log, LIVE, PoolStatus(name, target=5), busy=(), target=0, now=NOW)
+    step = node_step.tend(pool, log, LIVE, _status(name, 5), busy=(), target=0, now=NOW)
     assert step.marked == ("gang",)
     assert log.get(name, "gang").nodes == 4

@@ -65,7 +65,7 @@ def _tend(pool: WorkerPool, nodelog: NodeLog, liveness: Liveness, status: PoolSt
         if row.state is NodeState.STOPPED and row.age(now) > liveness.dead_after_s:
             nodelog.forget(name, row.node)
     alive = [r for r in rows if r.alive(now, liveness)]
-    marked = _drain_surplus(pool, nodelog, alive, target, status.count(PoolNodeState.PENDING), busy)
+    marked = _drain_surplus(pool, nodelog, alive, target, status, busy)
     return NodeStep(dead=tuple(dead), drained=tuple(drained), marked=tuple(marked),
                     protected=frozenset(r.node for r in alive))
 
@@ -85,14 +85,18 @@ def _remove(pool: WorkerPool, nodelog: NodeLog, ids: list[str], *, dead: bool) -
     return ids
 
 
-def _drain_surplus(pool: WorkerPool, nodelog: NodeLog, alive: list[NodeRow], target: int, booting: int,
+def _drain_surplus(pool: WorkerPool, nodelog: NodeLog, alive: list[NodeRow], target: int, status: PoolStatus,
                    busy: set[str]) -> list[str]:
     """Mark idle, unmarked agents draining while they stand for more nodes than ``target`` (a gang agent
-    for its k); clear marks not yet acted on while they stand for fewer (counting ``booting`` nodes).
-    Returns the nodes marked now."""
+    for its k) and the backend sees more than ``target`` too; clear marks not yet acted on while they stand for
+    fewer (counting nodes still booting). Returns the nodes marked now.
+
+    The backend's count caps the rows' count: an agent that died without a last beat (its process killed, its
+    VM taken) keeps a fresh-looking row until ``dead_after_s``, and must not make a live idle agent surplus."""
     name = pool.spec.name
+    booting = status.count(PoolNodeState.PENDING)
     kept = [r for r in alive if not r.draining]
-    surplus = sum(r.nodes for r in kept) - target
+    surplus = min(sum(r.nodes for r in kept), status.alive) - target
     if surplus <= 0:
         short, undo = target - sum(r.nodes for r in kept) - booting, []
         for row in (r for r in alive if r.draining and r.state is NodeState.IDLE):
