@@ -117,5 +117,4 @@ def check_cores(shape: Shape, cores: int | None, *, where: str, field: str = "re
 
 def of_item(item) -> Shape:
     """The shape a work item carries."""
-    return Shape(max(1, int(getattr(item, "nodes", 1) or 1)), max(1, int(item.ranks or 1)),
-                 bool(getattr(item, "oversubscribe", False)))
+    return Shape(max(1, int(item.nodes or 1)), max(1, int(item.ranks or 1)), bool(item.oversubscribe))

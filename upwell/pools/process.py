@@ -23,6 +23,7 @@ from pathlib import Path
 
 from upwell import REPO
 from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
+from workers.procs import descendants  # the same /proc walk the agent uses for its strays
 
 REPO = REPO
 _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes outlive nothing but this process
@@ -31,23 +32,6 @@ _CHILDREN: dict[int, subprocess.Popen] = {}  # reaped in status(); processes out
 def node_id(wid: str) -> str:
     """The node id a worker's agent beats and records as (UPWELL_NODE_ID)."""
     return f"local-{wid}"
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (payloads run in sessions of their own, so a process group is not enough)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[-1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -178,7 +162,7 @@ class LocalPool(WorkerPool):
             if node_id(wid) not in node_ids:
                 continue
             if dead:
-                for child in [*_descendants(pid), pid]:
+                for child in [*descendants(pid), pid]:
                     _signal(child, signal.SIGKILL)
             else:
                 _signal(pid, signal.SIGTERM)
