@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as row_fields
@@ -201,10 +202,19 @@ class Ledger:
             self.index.moved(held.job_id, held.status)
         return held, False
 
-    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
-        """Create shard rows in transactions of 100; rows that exist are left alone."""
+    def add_shards(self, job_id: str, rows: list[ShardRow], *, workers: int = 1) -> None:
+        """Create shard rows in entity-group transactions of 100 (the service's limit: one partition, at
+        most 100 entities, 4 MB), ``workers`` transactions at a time; rows that exist are left alone."""
+        entities = [{**r.to_entity(), "PartitionKey": job_id} for r in rows]
+        chunks = [entities[i:i + 100] for i in range(0, len(entities), 100)]
         with _funnel(f"add shards to {job_id}"):
-            self._batches("create", [{**r.to_entity(), "PartitionKey": job_id} for r in rows])
+            if workers <= 1 or len(chunks) <= 1:
+                for chunk in chunks:
+                    self._batches("create", chunk)
+                return
+            with ThreadPoolExecutor(max_workers=min(workers, len(chunks)), thread_name_prefix="rows") as pool:
+                for _ in pool.map(lambda c: self._batches("create", c), chunks):
+                    pass
 
     def _batches(self, op: str, entities: list[dict]) -> None:
         """``op`` ("create" or "delete") on one partition's entities, 100 to an entity-group transaction;

@@ -116,7 +116,7 @@ class Settings:
     pools: dict[str, PoolSpec] = field(default_factory=_default_pools)  # UPWELL_POOLS
     scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE (NCRONTAB; Azure: every 30 s)
     max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES
-    max_shards: int = 10_000  # UPWELL_MAX_SHARDS
+    max_shards: int = 100_000  # UPWELL_MAX_SHARDS: shards (grid points, row blocks, files) per job
     max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES
     max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES
     max_concurrency: int = 0  # UPWELL_MAX_CONCURRENCY: running shards per job, 0 = no cap
@@ -144,6 +144,10 @@ class Settings:
     budgets: dict = field(default_factory=dict)
     budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
+    enqueue_workers: int = 16  # UPWELL_ENQUEUE_WORKERS: requests an ingest has in flight (messages, row batches)
+    # UPWELL_ENQUEUE_PER_S: work items an ingest sends per second at most (0: no cap); Queue Storage's
+    # target for one queue is 2,000 messages/s (upwell.ingest.fanout)
+    enqueue_per_s: int = 2000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -201,7 +205,8 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
-         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"))
+         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"),
+         ("enqueue_workers", "UPWELL_ENQUEUE_WORKERS"), ("enqueue_per_s", "UPWELL_ENQUEUE_PER_S"))
 _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
 
 

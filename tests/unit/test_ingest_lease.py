@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from upwell.errors import IngestLeased
-from upwell.ingest.accept import JobAcceptor
+from upwell.ingest.accept import JobAcceptor, _unsent
 from upwell.ingest.lease import IngestLease, live
 from upwell.ledger import JobRow, JobState, ShardRow, ShardState
 from upwell.settings import Settings
@@ -42,7 +42,7 @@ class FakeLedger:
     def shards(self, job_id: str) -> list[ShardRow]:
         return sorted(self.rows.values(), key=lambda r: r.shard_id)
 
-    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
+    def add_shards(self, job_id: str, rows: list[ShardRow], workers: int = 1) -> None:
         for r in rows:
             self.rows.setdefault(r.shard_id, r)
 
@@ -84,7 +84,9 @@ def test_a_redrive_takes_a_lapsed_lease_keeps_progress_and_sends_only_the_rest()
     fresh = {"job_id": JOB, "status": "ingesting", "pool": "cpu", "shards_done": 0, "shards_failed": 0,
              "spent_usd": 0.0, "created_at": "2026-12-03T09:59:00+00:00", "shards_total": 400, "name": "again"}
     lease = IngestLease(ledger, JOB, 30, Clock(1000.0))
-    todo = acceptor._record(fresh, shards, lease)
+    started = acceptor._open(fresh, lease)
+    acceptor._write_rows(fresh, shards, lease)
+    todo = [i for i, _ in _unsent(shards, started, lease)]
     row = ledger.row
     assert todo == [4, 5, 7]
     assert (row.shards_done, row.shards_failed, row.spent_usd) == (308, 2, 1.5)

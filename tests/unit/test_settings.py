@@ -11,7 +11,7 @@ from upwell.settings import Settings
 def test_defaults_are_local():
     s = Settings.from_env({})
     assert set(s.pools) == {"cpu", "mpi", "gpu"} and all(p.backend == "local" for p in s.pools.values())
-    assert s.max_shards == 10_000 and s.max_message_bytes == 64 * 1024
+    assert s.max_shards == 100_000 and s.max_message_bytes == 64 * 1024
 
 
 def test_identity_connection_forms():

@@ -11,14 +11,16 @@ sent twice is harmless, since collect counts a shard once).
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sized
+from concurrent.futures import Future
 from typing import Any
 
 from upwell import names
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
+from upwell.ingest.fanout import send_in_order
 from upwell.ingest.lease import IngestLease
 from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
@@ -28,6 +30,8 @@ from upwell.timeutil import now_iso
 
 # Never lowered by a re-drive's merge, nor moved: the job's progress and its age.
 KEPT = frozenset({"job_id", "status", "shards_done", "shards_failed", "spent_usd", "created_at"})
+# The estimate, known once every point was read: written with the job's move to "accepted".
+ESTIMATE = ("estimate_node_seconds", "estimate_usd", "node_share", "estimate_spot_fraction", "estimate_basis")
 ROWS_PER_BEAT = 1000  # shard rows written between two chances to renew the lease
 # A test seam: called with each work item's index just before it is sent (the fault tests slow or stop the
 # enqueue with it, as a slow account or a crashed host would). None in production.
@@ -67,44 +71,44 @@ class JobAcceptor:
                 "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
-    def accept(self, job: dict, shards: list[tuple], spec, resources, bound,
-               history: Future | None = None) -> int:
-        """Check, record and enqueue the job's ``shards``; returns how many were enqueued. ``history``: the
-        node time learned from earlier results, already asked for (else read here)."""
-        job_id = job["job_id"]
-        if not shards:
+    def accept(self, job: dict, shards: Sized, spec, resources, bound, history: Future | None = None) -> int:
+        """Check, record and enqueue the job's ``shards`` (a sized, re-iterable sequence of ``(shard id,
+        params, input blob, sha256)``: a list, or a grid made lazily, ``upwell.ingest.fanout``); returns how
+        many the job has. ``history``: the node time learned from earlier results, already asked for.
+
+        The job row is written first (status "ingesting", with ``shards_total``), so progress shows at once;
+        then every point and work item is checked and the job priced, before any shard row or message."""
+        job_id, total = job["job_id"], len(shards)
+        if not total:
             raise InputRejected("the job has no shards", field="grid")
-        if len(shards) > self.settings.max_shards:
-            raise InputRejected(f"the job has {len(shards)} shards; the limit is {self.settings.max_shards}",
+        if total > self.settings.max_shards:
+            raise InputRejected(f"the job has {total} shards; the limit is {self.settings.max_shards}",
                                 field="shard", limit=f"max_shards={self.settings.max_shards}")
         from upwell import shape
         from upwell.ingest import poolfit
 
         poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), self.settings.pools,
                       job["pool"])
-        job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus)
-        est_usd = self._priced(job, shards, resources, history.result() if history is not None else None)
-        items = [WorkItem(job_id=job_id, shard_id=sid, payload=spec.definition.name, pool=job["pool"], params=params,
-                          payload_version=spec.definition.version, payload_sha256=spec.sha256,
-                          input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
-                          result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
-                          gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe)
-                 for sid, params, blob, _ in shards]
-        texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
+        job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus, shards_total=total)
+        make = _Items(job, spec, resources, self.settings.max_message_bytes)
         lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
         try:
-            todo = self._record(job, shards, lease)
-            if todo is None:
+            started = self._open(job, lease)
+            if started is None:
                 bound.info("ingest.moved_on", detail="the job left ingesting while this delivery checked it")
-                return len(items)
-            self._enqueue(names.work_queue(job["pool"]), texts, todo, lease)
-            lease.finish(accepted_at=now_iso())
+                return total
+            est_usd = self._priced(job, make.checked(shards), resources,
+                                   history.result() if history is not None else None)
+            self._write_rows(job, shards, lease)
+            todo = ((i, make.text(sid, params, blob)) for i, (sid, params, blob, _) in _unsent(shards, started, lease))
+            sent = self._enqueue(names.work_queue(job["pool"]), todo, lease)
+            lease.finish(accepted_at=now_iso(), **{k: job[k] for k in ESTIMATE})
         except Exception:
             lease.release()
             raise
-        bound.info("ingest.accepted", shards=len(items), sent=len(todo), pool=job["pool"], payload=spec.ref,
+        bound.info("ingest.accepted", shards=total, sent=sent, pool=job["pool"], payload=spec.ref,
                    estimate_usd=round(est_usd, 4))
-        return len(items)
+        return total
 
     def history(self, job: dict):
         """Node time learned from earlier results of the job's payload on its pool (upwell.cost.forecast)."""
@@ -112,12 +116,12 @@ class JobAcceptor:
 
         return est.learn(self.ledger, job["payload"], job["pool"])
 
-    def _priced(self, job: dict, shards: list[tuple], resources, history) -> float:
-        """Put the estimate on the job row and check it against the budgets and the job's own; the USD."""
-        est = self._estimate(job, [params for _, params, _, _ in shards], resources, history)
+    def _priced(self, job: dict, points: Iterable[dict], resources, history) -> float:
+        """Put the estimate on ``job`` and check it against the budgets and the job's own; the USD."""
+        est = self._estimate(job, points, resources, history)
         est_ns, est_usd = est.node_seconds, est.usd
-        job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
-                   node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+        job.update(estimate_node_seconds=est_ns, estimate_usd=est_usd, node_share=est.share,
+                   estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
         from upwell.cost.budgets import check_budgets
 
         check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
@@ -127,7 +131,7 @@ class JobAcceptor:
                                 limit=f"budget_usd={job['budget_usd']}")
         return est_usd
 
-    def _estimate(self, job: dict, points: list[dict], resources, history=None):
+    def _estimate(self, job: dict, points: Iterable[dict], resources, history=None):
         """Priced on the pool that runs it, node time learned from earlier results (``history``)."""
         from upwell.cost import forecast as est
 
@@ -137,44 +141,70 @@ class JobAcceptor:
                             pool_spot_share=self.settings.pools[job["pool"]].spot_share,
                             ranks=resources.ranks, gpus=resources.gpus, nodes=resources.nodes)
 
-    def _record(self, job: dict, shards: list[tuple], lease: IngestLease) -> list[int] | None:
-        """The job row (created with the lease, or the earlier one taken over and brought up to date) and one
-        queued row per shard; the indices of the work items still to send (None: the job has moved on)."""
+    def _open(self, job: dict, lease: IngestLease) -> set[str] | None:
+        """The job row: created with the lease, or the earlier one taken over and brought up to date. The
+        shards an agent has already taken (a re-drive sends them no message); None: the job has moved on."""
         job_id = job["job_id"]
         _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
-        started: set[str] = set()
-        if not created:  # a row left by an earlier delivery, or by the wait for data: now it is the job
-            held = lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""})
-            if held is None:
-                return None
-            started = {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
-        now = now_iso()
-        rows = [ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
+        if created:
+            return set()
+        held = lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""})
+        if held is None:
+            return None
+        return {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
+
+    def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> None:
+        """One queued row per shard, ROWS_PER_BEAT at a time (rows that exist are left alone), renewing the
+        lease between them."""
+        job_id, now = job["job_id"], now_iso()
+        rows = (ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
                          result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
-                for sid, params, blob, digest in shards]
-        for start in range(0, len(rows), ROWS_PER_BEAT):
-            self.ledger.add_shards(job_id, rows[start:start + ROWS_PER_BEAT])  # rows that exist are left alone
+                for sid, params, blob, digest in shards)
+        while chunk := list(itertools.islice(rows, ROWS_PER_BEAT)):
+            self.ledger.add_shards(job_id, chunk, workers=self.settings.enqueue_workers)
             lease.renew(0)
-        # Sent already: every item before the lease's mark, and any whose shard an agent has taken since.
-        return [i for i, (sid, *_) in enumerate(shards) if i >= lease.sent and sid not in started]
 
-    def _enqueue(self, queue: str, texts: list[str], todo: list[int], lease: IngestLease) -> None:
-        """Send ``texts[i]`` for each ``i`` in ``todo``, renewing the lease as they go out in order."""
-        def send(i: int) -> None:
+    def _enqueue(self, queue: str, todo: Iterable[tuple[int, str]], lease: IngestLease) -> int:
+        """Send each ``(i, text)`` of ``todo``, renewing the lease as they go out in order; how many went."""
+        def send(i: int, text: str) -> None:
             if SEND_HOOK is not None:
                 SEND_HOOK(i)
-            self.storage.send(queue, texts[i])
+            self.storage.send(queue, text)
 
-        # one round trip each: in parallel (a sweep of thousands would take minutes one by one); results
-        # come back in order, so all before the one just seen have gone out
-        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="enqueue") as pool:
-            try:
-                for i, _ in zip(todo, pool.map(send, todo) if len(todo) >= 4 else map(send, todo), strict=True):
-                    lease.renew(i + 1)
-            except BaseException:
-                pool.shutdown(cancel_futures=True)  # a lost lease or a failed send: send no more
-                raise
+        return send_in_order(todo, send, lease.renew, workers=self.settings.enqueue_workers,
+                             per_s=self.settings.enqueue_per_s)
+
+
+class _Items:
+    """The job's work items, one per shard, made from the job row's fields as they are needed."""
+
+    def __init__(self, job: dict, spec, resources, limit: int):
+        self.job, self.spec, self.resources, self.limit = job, spec, resources, limit
+
+    def text(self, sid: str, params: dict, blob: str | None) -> str:
+        """The encoded work item; InputRejected past the message limit."""
+        job_id, d, r = self.job["job_id"], self.spec.definition, self.resources
+        item = WorkItem(job_id=job_id, shard_id=sid, payload=d.name, pool=self.job["pool"], params=params,
+                        payload_version=d.version, payload_sha256=self.spec.sha256, input_blob=blob,
+                        checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
+                        result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=r.ranks, gpus=r.gpus, nodes=r.nodes,
+                        oversubscribe=r.oversubscribe)
+        return encode(item, self.limit)
+
+    def checked(self, shards: Iterable[tuple]) -> Iterator[dict]:
+        """Each shard's params, once its work item is known to fit (size errors before any effect)."""
+        for sid, params, blob, _ in shards:
+            self.text(sid, params, blob)
+            yield params
+
+
+def _unsent(shards: Iterable[tuple], started: set[str], lease: IngestLease) -> Iterator[tuple[int, tuple]]:
+    """``(i, shard)`` for each shard still to send: sent already are every item before the lease's mark,
+    and any whose shard an agent has taken since."""
+    for i, shard in enumerate(shards):
+        if i >= lease.sent and shard[0] not in started:
+            yield i, shard
 
 
 def _uploader(props) -> str:

@@ -13,8 +13,6 @@ lookup (``rulematch``), a manifest's wait for its data (``datawait``), inputs in
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
 from upwell.ingest.blobnames import check_name, instrument_drop, is_manifest, is_manifest_input, job_id_for
 from upwell.ingest.datawait import data_exists, wait_for_data, waiting_manifests
+from upwell.ingest.fanout import GridShards
 from upwell.ingest.quarantine import quarantine
 from upwell.ingest.rulematch import match_rule
 from upwell.ingest.shardinputs import InputSharder
@@ -133,10 +132,7 @@ class Ingestor:
         if m.data:
             shards = list(self.sharder.data_refs(job_id, name, m, spec))
         else:
-            points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes,
-                                           spec.definition)
-            shards = [(f"s{i:05d}", p, None, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
-                      for i, p in enumerate(points)]
+            shards = GridShards(m, self.settings.max_shards, self.settings.max_param_bytes, spec.definition)
         count = self.acceptor.accept(job, shards, spec, self._resources(m, spec.definition), bound)
         return Outcome(job_id, "accepted", count)
 

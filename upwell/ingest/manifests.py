@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -184,13 +185,23 @@ def grid_size(grid: dict[str, list[Any]]) -> int:
 def grid_points(m: Manifest, max_shards: int, max_param_bytes: int, definition=None) -> list[dict[str, Any]]:
     """Expand the grid into parameter points, one per shard, each validated against the payload's
     definition (a built-in one when ``definition`` is None)."""
+    check_grid_size(m, max_shards)
+    return list(iter_points(m, max_param_bytes, definition or Registry().resolve(m.payload).definition))
+
+
+def check_grid_size(m: Manifest, max_shards: int) -> int:
+    """The grid's point count, from its dimensions alone; InputRejected past ``max_shards``."""
     n = grid_size(m.grid)
     if n > max_shards:
         raise InputRejected(f"grid has {n} points; the limit is {max_shards} shards per job",
                             field="grid", limit=f"max_shards={max_shards}")
-    definition = definition or Registry().resolve(m.payload).definition
+    return n
+
+
+def iter_points(m: Manifest, max_param_bytes: int, definition) -> Iterator[dict[str, Any]]:
+    """The grid's points in order, made and validated one at a time as the caller iterates (a sweep of
+    100,000 points is never a list): the same errors as ``grid_points``, naming the point's row."""
     keys = list(m.grid)
-    points = []
     for i, combo in enumerate(itertools.product(*(m.grid[k] for k in keys))):
         point = {**m.params, **dict(zip(keys, combo, strict=True))}
         try:
@@ -203,5 +214,4 @@ def grid_points(m: Manifest, max_shards: int, max_param_bytes: int, definition=N
         if size > max_param_bytes:
             raise InputRejected(f"grid point {i} parameters are {size} bytes; the limit is {max_param_bytes}",
                                 field="params", row=i, limit=f"max_param_bytes={max_param_bytes}")
-        points.append(point)
-    return points
+        yield point

@@ -37,7 +37,10 @@ def quarantine(storage: Storage, ledger: Ledger, job_id: str, name: str, etag: s
     ledger.create_job(JobRow(job_id=job_id, name=name[:200], status=JobState.REJECTED, message=exc.message,
                              error_field=exc.field, error_row=exc.row, source_blob=f"incoming/{name}"[:1000],
                              quarantine_blob=f"{names.QUARANTINE}/{safe}", created_at=now_iso()))
-    ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message)
+    # a row that was there (the ingest writes the job row first) takes the rejection's fields too
+    where = {"error_row": exc.row} if exc.row is not None else {}
+    ledger.update_job(job_id, status=JobState.REJECTED, message=exc.message, error_field=exc.field, **where,
+                      quarantine_blob=f"{names.QUARANTINE}/{safe}")
     try:
         storage.delete(src, etag=etag)
     except UpwellError as err:  # the ETag no longer matches (a newer upload under the same name stays), it
