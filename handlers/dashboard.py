@@ -37,7 +37,8 @@ def state(req: func.HttpRequest) -> func.HttpResponse:
 @bp.function_name("dashboard_job")
 @bp.route(route="dashboard/api/jobs/{job_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def job(req: func.HttpRequest) -> func.HttpResponse:
-    detail = dashboard.job_detail(context.storage(), req.route_params.get("job_id", ""))
+    detail = dashboard.job_detail(context.storage(), req.route_params.get("job_id", ""),
+                                  req.params.get("after", ""))
     return _json(detail) if detail else _json({"error": "no such job"}, 404)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import fields as row_fields
@@ -32,10 +31,11 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableTransactionError, UpdateMode
 
-from upwell import names
+from upwell import names, shardbatch
 from upwell.errors import TransientError
 from upwell.jobindex import ENDED_STATES, JobIndex
 from upwell.rows import (
+    FAILED_KEPT,
     TERMINAL_JOB,
     TERMINAL_SHARD,
     JobRow,
@@ -113,6 +113,22 @@ class Ledger:
         with _funnel(f"list shards of {job_id}"):
             rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
             return [ShardRow.from_entity(r) for r in rows]
+
+    def shard_page(self, job_id: str, after: str = "", limit: int = 100) -> tuple[list[ShardRow], str]:
+        """One page of the job's shard rows, in shard id order, after shard id ``after``: a range query
+        (PartitionKey, RowKey greater than), which reads what it returns however many shards the job has.
+        Returns the rows and the id to ask after for the next page ("" when this page was the last)."""
+        limit = max(1, min(int(limit), 1000))
+        rows: list[ShardRow] = []
+        with _funnel(f"page shards of {job_id}"):
+            pages = self.table.query_entities("PartitionKey eq @pk and RowKey gt @after", results_per_page=limit,
+                                              parameters={"pk": job_id, "after": after}).by_page()
+            for page in pages:
+                rows += [ShardRow.from_entity(e) for e in page if e["RowKey"] != names.JOB_ROW]
+                if len(rows) >= limit:
+                    break
+        rows = rows[:limit]
+        return rows, rows[-1].shard_id if len(rows) == limit else ""
 
     def jobs(self, *statuses: JobState | str, created_since: str | None = None, changed_since: datetime | None = None,
              only: list[str] | None = None, **equal: str) -> Iterator[JobRow]:
@@ -203,33 +219,11 @@ class Ledger:
         return held, False
 
     def add_shards(self, job_id: str, rows: list[ShardRow], *, workers: int = 1) -> None:
-        """Create shard rows in entity-group transactions of 100 (the service's limit: one partition, at
-        most 100 entities, 4 MB), ``workers`` transactions at a time; rows that exist are left alone."""
-        entities = [{**r.to_entity(), "PartitionKey": job_id} for r in rows]
-        chunks = [entities[i:i + 100] for i in range(0, len(entities), 100)]
+        """Create shard rows in entity-group transactions of 100, ``workers`` at a time; rows that exist are
+        left alone (upwell.shardbatch)."""
         with _funnel(f"add shards to {job_id}"):
-            if workers <= 1 or len(chunks) <= 1:
-                for chunk in chunks:
-                    self._batches("create", chunk)
-                return
-            with ThreadPoolExecutor(max_workers=min(workers, len(chunks)), thread_name_prefix="rows") as pool:
-                for _ in pool.map(lambda c: self._batches("create", c), chunks):
-                    pass
-
-    def _batches(self, op: str, entities: list[dict]) -> None:
-        """``op`` ("create" or "delete") on one partition's entities, 100 to an entity-group transaction;
-        a refused batch goes one by one, leaving alone rows that exist (create) or are gone (delete)."""
-        for start in range(0, len(entities), 100):
-            chunk = entities[start:start + 100]
-            try:
-                self.table.submit_transaction([(op, e) for e in chunk])
-            except TableTransactionError:
-                for e in chunk:
-                    try:
-                        self.table.create_entity(e) if op == "create" else \
-                            self.table.delete_entity(e["PartitionKey"], e["RowKey"])
-                    except (ResourceExistsError, ResourceNotFoundError):
-                        pass
+            shardbatch.create_or_delete(self.table, "create", [{**r.to_entity(), "PartitionKey": job_id}
+                                                               for r in rows], workers)
 
     # -- transitions -----------------------------------------------------------
     def update_job(self, job_id: str, **fields: Any) -> None:
@@ -399,11 +393,19 @@ class Ledger:
             if not row.terminal:
                 return None
             was[:] = [row.status]
-            return {"status": ShardState.QUEUED.value, "attempts": 0, "preemptions": 0, "deferrals": 0,
-                    "failures": 0, "error": "", "stderr_tail": "", "poisoned": False, "released_at": "",
-                    "node": "", "queued_at": now_iso(), "reruns": row.reruns + 1}
+            return shardbatch.reopened(row, now_iso())
 
         return was[0] if self._update_shard(job_id, shard_id, change) is not None else None
+
+    def cancel_shards(self, job_id: str, rows: list[ShardRow], workers: int = 8) -> int:
+        """Cancel ``rows`` (read just now; not running, not ended) in transactions of 100; how many."""
+        with _funnel(f"cancel shards of {job_id}"):
+            return shardbatch.cancel(self, job_id, rows, now_iso(), workers)
+
+    def reopen_shards(self, job_id: str, rows: list[ShardRow], workers: int = 8) -> dict[str, ShardState]:
+        """Re-open the ended ``rows`` in transactions of 100; shard id -> the state each had."""
+        with _funnel(f"reopen shards of {job_id}"):
+            return shardbatch.reopen(self, job_id, rows, now_iso(), workers)
 
     def change_job(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
         """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts."""
@@ -418,7 +420,8 @@ class Ledger:
             rows = list(self.table.query_entities("PartitionKey eq @pk", parameters={"pk": job_id},
                                                   select=["PartitionKey", "RowKey"]))
             self.index.forget(job_id)  # its ended entry goes when a reader meets it
-            self._batches("delete", [{"PartitionKey": job_id, "RowKey": r["RowKey"]} for r in rows])
+            shardbatch.create_or_delete(self.table, "delete", [{"PartitionKey": job_id, "RowKey": r["RowKey"]}
+                                                               for r in rows], workers=8)
         return len(rows)
 
     def finish_shard(self, job_id: str, shard_id: str, status: ShardState | str, fields: dict, *,
@@ -457,6 +460,8 @@ class Ledger:
         failed = job.shards_failed + (status == ShardState.FAILED)
         job_fields: dict[str, Any] = {"shards_done": done, "shards_failed": failed,
                                       "spent_usd": job.spent_usd + cost_usd}
+        if status == ShardState.FAILED and len(job.failed_ids()) < FAILED_KEPT:
+            job_fields["failed_shards"] = ",".join([*job.failed_ids(), shard.shard_id])
         job_done = done + failed >= job.shards_total and not job.terminal
         if job_done:
             final = JobState.SUCCEEDED if failed == 0 else (JobState.FAILED if done == 0 else JobState.PARTIALLY_FAILED)

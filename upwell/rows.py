@@ -49,6 +49,7 @@ class ShardState(StrEnum):
 TERMINAL_JOB = frozenset({JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobState.FAILED, JobState.REJECTED})
 TERMINAL_SHARD = frozenset({ShardState.SUCCEEDED, ShardState.FAILED, ShardState.CANCELLED})
 ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)
+FAILED_KEPT = 20  # failed shard ids the job row names
 
 
 def _text(value: Any) -> str:
@@ -181,6 +182,7 @@ class JobRow(_Row):
     shards_total: int = 0
     shards_done: int = 0
     shards_failed: int = 0
+    failed_shards: str = ""  # the first FAILED_KEPT failed shard ids, comma-separated (status reads no shard scan)
     created_at: str = ""
     accepted_at: str = ""
     started_at: str = ""
@@ -216,6 +218,9 @@ class JobRow(_Row):
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_JOB
+
+    def failed_ids(self) -> list[str]:
+        return [s for s in self.failed_shards.split(",") if s]
 
     @property
     def over_budget(self) -> bool:

@@ -28,7 +28,8 @@ def test_a_grid_of_100000_points_has_its_length_without_a_pass_and_yields_them_i
     assert len(shards) == 100_000
     it = iter(shards)
     first = next(it)
-    assert first[0] == "s00000" and first[1] == {"steps": 50, "burn_in": 10, "r": 3.0, "x0": 0.1} and first[2] is None and len(first[3]) == 64
+    assert first[0] == "s00000" and first[1] == {"steps": 50, "burn_in": 10, "r": 3.0, "x0": 0.1}
+    assert first[2] is None and len(first[3]) == 64
     assert next(it)[0] == "s00001"
     assert [s[0] for s in GridShards(grid(3), 10, 1024, definition())] == ["s00000", "s00001", "s00002"]
 

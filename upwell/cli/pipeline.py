@@ -227,7 +227,7 @@ def _print_job(st: dict) -> None:
     console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]", soft_wrap=True)
     cancelled = f", {s['cancelled']} cancelled" if s.get("cancelled") else ""
     console.print(f"  shards: {s['succeeded']} done, {s['failed']} failed, {s['running']} running, "
-                  f"{s['queued']} queued, {s['preempted']} preempted{cancelled}, of {s['total']}")
+                  f"{s['queued']} queued{cancelled}, of {s['total']}")
     console.print(f"  workers: {', '.join(st['workers']) or '-'}; cost so far ${float(st.get('spent_usd') or 0):.4f} "
                   f"(estimate ${float(st.get('estimate_usd') or 0):.4f})")
     if st.get("message"):

@@ -1,22 +1,26 @@
 """Re-run some of a job's shards: the failed ones, named ones, every unfinished one, or all.
 
-Each shard to re-run must have ended (succeeded, failed or cancelled). Its result and artifacts are
-removed (a result is written once, so the old one would make the new run a duplicate), its row goes
-back to queued with fresh attempt counters, the job's counters give it back, and a new work item is
-sent. A cancelled shard keeps its checkpoint and resumes from it; a failed or succeeded one starts
-afresh. The job is reported again when its last shard ends.
+Each shard to re-run must have ended (succeeded, failed or cancelled). Its result and artifacts are removed (a
+result is written once, so the old one would make the new run a duplicate), its row goes back to queued with
+fresh attempt counters (100 rows to an entity-group transaction), the job's counters give it back, and a new
+work item is sent (several requests in flight at each step). A cancelled shard keeps its checkpoint and
+resumes from it; a failed or succeeded one starts afresh. The job is reported again when its last shard ends.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from upwell import logs, names
 from upwell.errors import UpwellError
+from upwell.ingest.fanout import send_in_order
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.lifecycle.rerun")
+WORKERS = 8  # requests in flight: a re-run of 100,000 shards is batched, not one shard after another
 
 
 def choose(shards: list[ShardRow], *, failed: bool = False, shard_ids: list[str] | None = None,
@@ -54,24 +58,21 @@ def rerun_job(storage: Storage, job_id: str, *, failed: bool = False, shard_ids:
     chosen = choose(ledger.shards(job_id), failed=failed, shard_ids=shard_ids, everything=everything)
     if not chosen:
         return []
-    items = [_item(job, s) for s in chosen]
-    texts = [encode(i) for i in items]
-    reopened: dict[str, ShardState] = {}
-    for shard in chosen:
-        _forget_result(storage, job_id, shard.shard_id, keep_checkpoint=shard.status == ShardState.CANCELLED)
-        was = ledger.reopen_shard(job_id, shard.shard_id)
-        if was:
-            reopened[shard.shard_id] = was
+    texts = {s.shard_id: encode(_item(job, s)) for s in chosen}
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="rerun") as pool:  # a result is written once:
+        list(pool.map(lambda s: _forget_result(storage, job_id, s.shard_id,  # the old one goes first
+                                               keep_checkpoint=s.status == ShardState.CANCELLED), chosen))
+    reopened = ledger.reopen_shards(job_id, chosen, WORKERS)
     done = sum(1 for w in reopened.values() if w == ShardState.SUCCEEDED)
     failed_n = sum(1 for w in reopened.values() if w == ShardState.FAILED)
     ledger.change_job(job_id, lambda row: {
         "status": JobState.ACCEPTED, "reported": False, "report_claimed": 0.0, "finished_at": "",
         "shards_done": max(0, row.shards_done - done), "shards_failed": max(0, row.shards_failed - failed_n),
+        "failed_shards": ",".join(s for s in row.failed_ids() if s not in reopened),
         "reruns": row.reruns + 1, "message": f"re-run of {len(reopened)} shard(s) at {now_iso()}"})
     queue = names.work_queue(job.pool)
-    for item, text in zip(items, texts, strict=True):
-        if item.shard_id in reopened:
-            storage.send(queue, text)
+    sends = ((i, texts[sid]) for i, sid in enumerate(sorted(reopened)))
+    send_in_order(sends, lambda _, text: storage.send(queue, text), lambda _: None, workers=WORKERS, per_s=0)
     log.info("rerun.queued", job_id=job_id, shards=len(reopened))
     return sorted(reopened)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from upwell import names
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
+from upwell.results.status import counts, holders, shard_page
 from upwell.scalelog import DecisionRow, ScalingLog
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
@@ -21,6 +22,7 @@ ASSETS = {"dashboard.js": "text/javascript; charset=utf-8", "dashboard.css": "te
           "index.html": "text/html; charset=utf-8"}
 JOB_LIMIT = 40  # jobs listed
 DETAIL_LIMIT = 12  # most recent jobs whose shards are read for recoveries
+DETAIL_SHARDS = 1000  # jobs of more shards are listed from their counters alone
 SERIES_MINUTES = 30  # pool history shown
 TERMINAL = ("succeeded", "partially_failed", "failed", "rejected")
 STATE_LABEL = {"accepted": "queued", "ingesting": "queued"}
@@ -78,7 +80,8 @@ def jobs(ledger: Ledger, now: datetime) -> list[dict]:
     out = []
     for i, job in enumerate(rows):
         active = job.status not in TERMINAL
-        detail = (active or i < DETAIL_LIMIT) and job.status != JobState.REJECTED
+        detail = (active or i < DETAIL_LIMIT) and job.status != JobState.REJECTED \
+            and job.shards_total <= DETAIL_SHARDS  # a bigger job shows its counters only (upwell.results.status)
         out.append(job_line(job, list(ledger.shards(job.job_id)) if detail else None, now))
     return out
 
@@ -141,13 +144,17 @@ def snapshot(storage: Storage, settings: Any) -> dict[str, Any]:
                          "tagged": r.finding.tagged, "applied": r.applied} for r in FindingsLog(storage).recent(20)]}
 
 
-def job_detail(storage: Storage, job_id: str) -> dict[str, Any] | None:
+def job_detail(storage: Storage, job_id: str, after: str = "") -> dict[str, Any] | None:
+    """The job and one page of its shards after shard id ``after`` (``next``: the cursor of the page after,
+    "" at the end); the counts come from the job's counters, never from reading every shard."""
     ledger = Ledger(storage)
     job = ledger.job(job_id)
     if job is None:
         return None
-    shards = sorted(ledger.shards(job_id), key=lambda r: r.shard_id)
-    line = job_line(job, shards, datetime.now(UTC))
+    shards, following = shard_page(storage, job_id, after, ledger=ledger)
+    line = job_line(job, shards if job.shards_total <= len(shards) and not after else None, datetime.now(UTC))
+    line["counts"] = counts(job, sum(len(v) for v in holders(storage, job).values()))
+    line["next"] = following
     line["estimate_basis"] = job.estimate_basis
     line["shards"] = [{"shard_id": s.shard_id, "status": s.status.value, "node": s.node, "attempts": s.attempts,
                        "preemptions": s.preemptions, "failures": s.failures, "node_seconds": s.paid_seconds,

@@ -62,7 +62,7 @@
     $("#detail-id").textContent = d.job_id;
     setHTML($("#detail-summary"), `${pill(d.state)} ${esc(d.name)} · ${d.shards_finished}/${d.shards_total} shards ·
       cost so far ${usd(d.spent_usd)} of estimate ${usd(d.estimate_usd)} ${d.estimate_basis ? `<span class="muted">(${esc(d.estimate_basis)})</span>` : ""}
-      · recoveries ${d.recoveries} · ETA ${dur(d.eta_s)}
+      · recoveries ${d.recoveries ?? "—"} · ETA ${dur(d.eta_s)}
       ${d.report ? ` · <a id="detail-report" href="${esc(withKey(base + "/" + d.report))}">open the report</a>` : ""}`);
     rows($("#shards tbody"), d.shards, (s) => `<tr><td class="mono">${esc(s.shard_id)}</td><td>${pill(s.status)}</td>
       <td class="mono">${esc(s.node)}</td><td class="n">${s.attempts}</td><td class="n">${s.preemptions}</td>
