@@ -1,7 +1,8 @@
 """One delivery in hand, and the facts about it, gathered once before anything is decided.
 
-``gather`` decodes the message and reads, in this order and each at most once: whether the shard's result
-exists (a duplicate needs nothing more), the shard row, the job row (through the agent's short-lived
+``gather`` decodes the message and reads, in this order and each at most once: the shard row, whether the
+shard's result exists (a duplicate needs nothing more; not asked on a first delivery of a shard no agent
+has started, which has none), the job row (through the agent's short-lived
 copies, ``workers.jobrows``), and, when the job has a concurrency cap, its running shards. Those facts go
 to ``upwell.verdict`` as they are; the attempt then adds what it learns (``Hand.started``, ``etag``...).
 """
@@ -15,7 +16,7 @@ from typing import Any
 from upwell import names
 from upwell.errors import DecodeError
 from upwell.lease import Lease
-from upwell.ledger import JobRow, Ledger, ShardRow
+from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, decode
 from upwell.storage import Storage
 from upwell.verdict import concurrency_cap
@@ -62,6 +63,13 @@ class Hand:
         return None
 
 
+def fresh(msg, shard: ShardRow) -> bool:
+    """A first delivery of a shard that no agent has started (its row queued, no attempt): it can have no
+    result, so none is looked for. A message sent twice that races its twin runs once more at worst, and
+    its result's conditional create finds the first and only acknowledges (workers.settle)."""
+    return msg.dequeue_count <= 1 and bool(shard.etag) and shard.status == ShardState.QUEUED and not shard.attempts
+
+
 def gather(msg, lease: Lease, *, storage: Storage, ledger: Ledger, jobs: JobRows, max_concurrency: int,
            log: Any, agent_nodes: int = 1) -> Hand:
     """The facts about one delivery (see the module's docstring). ``agent_nodes``: the allocation's node
@@ -73,10 +81,11 @@ def gather(msg, lease: Lease, *, storage: Storage, ledger: Ledger, jobs: JobRows
     hand = Hand(msg, lease, item, log.bind(job_id=item.job_id, shard_id=item.shard_id),
                 ShardRow(job_id=item.job_id, shard_id=item.shard_id), JobRow(job_id=item.job_id),
                 now=datetime.now(UTC), agent_nodes=agent_nodes)
-    hand.result_exists = storage.exists(f"{names.RESULTS}/{item.result_blob}")
-    if hand.result_exists:
-        return hand
     hand.shard = ledger.shard(item.job_id, item.shard_id) or hand.shard
+    if not fresh(msg, hand.shard):
+        hand.result_exists = storage.exists(f"{names.RESULTS}/{item.result_blob}")
+        if hand.result_exists:
+            return hand
     hand.job = jobs.get(item.job_id, shard=hand.shard) or hand.job
     hand.cap = concurrency_cap(hand.job, max_concurrency)
     if hand.cap:
