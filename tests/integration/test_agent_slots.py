@@ -51,8 +51,12 @@ def test_two_slots_run_two_shards_at_once_and_each_ends_once(store, tmp_path):
     thread.start()
     wait_for(lambda: _running(ledger, job) == ["s00000", "s00001"], 30, "both shards running at once",
              lambda: str(_running(ledger, job)), poll_s=0.1)
+    # the state file is written just after the row is marked (workers.node.holding): wait for it too
+    both = [f"{job}/s00000", f"{job}/s00001"]
+    wait_for(lambda: sorted(json.loads((tmp_path / "agent.json").read_text()).get("shards", [])) == both, 10,
+             "the state file naming both shards", poll_s=0.05)
     state = json.loads((tmp_path / "agent.json").read_text())
-    assert state["state"] == "running" and sorted(state["shards"]) == [f"{job}/s00000", f"{job}/s00001"], state
+    assert state["state"] == "running" and sorted(state["shards"]) == both, state
     thread.join(60)
     assert not thread.is_alive() and agent.processed == 2
     assert json.loads((tmp_path / "agent.json").read_text())["state"] == "stopped"
