@@ -55,7 +55,7 @@ lint: install
 	$(BIN)/ruff check .
 
 bench: install
-	@$(BIN)/python bench/run_all.py
+	@$(BIN)/python bench/run_all.py --repeat 3
 
 clean:
 	rm -rf .upwell .pytest_cache .ruff_cache
