@@ -218,12 +218,12 @@ class Ledger:
             self.index.moved(held.job_id, held.status)
         return held, False
 
-    def add_shards(self, job_id: str, rows: list[ShardRow], *, workers: int = 1) -> None:
-        """Create shard rows in entity-group transactions of 100, ``workers`` at a time; rows that exist are
-        left alone (upwell.shardbatch)."""
+    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
+        """Create shard rows in entity-group transactions of 100, one at a time (Azurite reset connections
+        under eight at once); rows that exist are left alone (upwell.shardbatch)."""
         with _funnel(f"add shards to {job_id}"):
             shardbatch.create_or_delete(self.table, "create", [{**r.to_entity(), "PartitionKey": job_id}
-                                                               for r in rows], workers)
+                                                               for r in rows])
 
     # -- transitions -----------------------------------------------------------
     def update_job(self, job_id: str, **fields: Any) -> None:
@@ -397,12 +397,12 @@ class Ledger:
 
         return was[0] if self._update_shard(job_id, shard_id, change) is not None else None
 
-    def cancel_shards(self, job_id: str, rows: list[ShardRow], workers: int = 8) -> int:
+    def cancel_shards(self, job_id: str, rows: list[ShardRow], workers: int = 4) -> int:
         """Cancel ``rows`` (read just now; not running, not ended) in transactions of 100; how many."""
         with _funnel(f"cancel shards of {job_id}"):
             return shardbatch.cancel(self, job_id, rows, now_iso(), workers)
 
-    def reopen_shards(self, job_id: str, rows: list[ShardRow], workers: int = 8) -> dict[str, ShardState]:
+    def reopen_shards(self, job_id: str, rows: list[ShardRow], workers: int = 4) -> dict[str, ShardState]:
         """Re-open the ended ``rows`` in transactions of 100; shard id -> the state each had."""
         with _funnel(f"reopen shards of {job_id}"):
             return shardbatch.reopen(self, job_id, rows, now_iso(), workers)

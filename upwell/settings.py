@@ -144,7 +144,7 @@ class Settings:
     budgets: dict = field(default_factory=dict)
     budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
-    enqueue_workers: int = 8  # UPWELL_ENQUEUE_WORKERS: requests an ingest has in flight (messages, row batches)
+    enqueue_workers: int = 8  # UPWELL_ENQUEUE_WORKERS: work items an ingest has in flight
     # UPWELL_ENQUEUE_PER_S: work items an ingest sends per second at most (0: no cap); Queue Storage's
     # target for one queue is 2,000 messages/s (upwell.ingest.fanout)
     enqueue_per_s: int = 2000

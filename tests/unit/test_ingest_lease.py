@@ -42,7 +42,7 @@ class FakeLedger:
     def shards(self, job_id: str) -> list[ShardRow]:
         return sorted(self.rows.values(), key=lambda r: r.shard_id)
 
-    def add_shards(self, job_id: str, rows: list[ShardRow], workers: int = 1) -> None:
+    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
         for r in rows:
             self.rows.setdefault(r.shard_id, r)
 

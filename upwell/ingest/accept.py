@@ -162,7 +162,7 @@ class JobAcceptor:
                          result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
                 for sid, params, blob, digest in shards)
         while chunk := list(itertools.islice(rows, ROWS_PER_BEAT)):
-            self.ledger.add_shards(job_id, chunk, workers=self.settings.enqueue_workers)
+            self.ledger.add_shards(job_id, chunk)  # one transaction at a time: Azurite reset concurrent ones
             lease.renew(0)
 
     def _enqueue(self, queue: str, todo: Iterable[tuple[int, str]], lease: IngestLease) -> int:

@@ -20,7 +20,7 @@ from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.lifecycle.rerun")
-WORKERS = 8  # requests in flight: a re-run of 100,000 shards is batched, not one shard after another
+WORKERS = 4  # requests in flight: a re-run of 100,000 shards is batched, not one shard after another
 
 
 def choose(shards: list[ShardRow], *, failed: bool = False, shard_ids: list[str] | None = None,
