@@ -127,6 +127,7 @@ def requests_per_shard(n: int) -> dict:
                                   UPWELL_POOLS=harness.pools(0))
         os.environ.update(env)
         stack = harness.Stack(root, emulator, env)
+        stack.storage.ensure()
         meter = RequestMeter()
         run_sweep(stack, n, meter)
         return {"shards": n, **meter.per(n)}
@@ -144,9 +145,10 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     figures = {"small": size(args.small, args.report_small), "big": size(args.big, args.report_big)}
+    print(json.dumps(figures, indent=1), flush=True)
     if args.requests:
         figures["requests"] = requests_per_shard(args.requests)
-    print(json.dumps(figures, indent=1))
+        print(json.dumps(figures["requests"], indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1))
