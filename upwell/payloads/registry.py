@@ -134,8 +134,7 @@ class Registry:
         path = f"{names.PAYLOADS}/{d.name}/{d.version}.yaml"
         try:
             created = self.storage.write(path, data, overwrite=False, content_type="application/yaml",
-                                         metadata={"sha256": loaded.sha256.split(":", 1)[1],
-                                                   **({"pushed_by": quote(pushed_by, safe="@.-_")} if pushed_by else {})})
+                                         metadata=_metadata(loaded, pushed_by))
         except NotFound:
             raise InputRejected(f"the {names.PAYLOADS} container does not exist: deploy (bicep/) or run "
                                 "`upwell up` first", field="storage", source=source) from None
@@ -145,3 +144,11 @@ class Registry:
             raise InputRejected(f"{source}: {d.name}@{d.version} is already registered with other content; "
                                 "a version never changes: raise the version", field="version", source=source)
         return loaded, False
+
+
+def _metadata(loaded: Loaded, pushed_by: str) -> dict[str, str]:
+    """A pushed definition's blob metadata: its content hash, and who pushed it (quoted: metadata is ASCII)."""
+    meta = {"sha256": loaded.sha256.split(":", 1)[1]}
+    if pushed_by:
+        meta["pushed_by"] = quote(pushed_by, safe="@.-_")
+    return meta
