@@ -145,6 +145,9 @@ param functionMaxInstances int = 40
 @description('Always-ready instances for the blob trigger group; 0 scales from zero (Event Grid deliveries start it).')
 param functionBlobAlwaysReady int = 0
 
+@description('Client id of the Entra ID app registration for the Function App\'s built-in authentication (the preprovision hook makes it: UPWELL_AUTH_CLIENT_ID).')
+param authClientId string
+
 @description('NCRONTAB schedule of the scale function.')
 param scaleSchedule string = '*/30 * * * * *'
 @description('NCRONTAB schedule of the reconciler timer (missed, dead-lettered and poisoned events).')
@@ -618,6 +621,7 @@ module functionApp 'modules/functionapp.bicep' = {
     subnetId: enablePrivateNetwork ? '${vnetId}/subnets/snet-app' : ''
     maximumInstanceCount: functionMaxInstances
     blobAlwaysReady: functionBlobAlwaysReady
+    authClientId: authClientId
   }
   dependsOn: [
     network
