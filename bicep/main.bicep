@@ -603,6 +603,9 @@ var functionAppSettings = {
   UPWELL_WORKER_IDENTITY_ID: identity.outputs.workerIdentityId
   UPWELL_WORKER_IMAGE_CPU: mpiImage
   UPWELL_WORKER_IMAGE_GPU: gpuImage
+  // A job's project is the folder it is uploaded to (incoming/<project>/), as the uploaders' ABAC role
+  // conditions are (`upwell access grant`, docs/access.md); a manifest naming another project is refused.
+  UPWELL_PROJECT_FOLDERS: 'true'
 }
 
 module functionApp 'modules/functionapp.bicep' = {
