@@ -77,3 +77,23 @@ def test_every_generated_condition_parses(project, write, operator):
 def test_a_project_that_cannot_be_quoted_is_refused(bad):
     with pytest.raises(BadProject):
         check_project(bad)
+
+
+def test_the_deployments_payloads_condition_parses_and_keeps_payloads_read_only():
+    """bicep/modules/rbac.bicep's condition on every account-wide write role, through the same grammar."""
+    import re
+    from pathlib import Path
+
+    from upwell.access.conditions import BLOB_PATH, CONTAINER_NAME
+
+    bicep = (Path(__file__).resolve().parents[2] / "bicep" / "modules" / "rbac.bicep").read_text()
+    text = re.search(r"^var payloadsReadOnly = '(.*)'$", bicep, re.M).group(1)
+    text = text.replace("\\'", "'").replace("${payloadsContainerName}", "payloads")
+    tree = grammar.parse(text)
+
+    def writes(container: str) -> bool:
+        return grammar.evaluate(tree, Request(f"{B}/blobs/write", attributes={
+            ("Resource", CONTAINER_NAME): container, ("Resource", BLOB_PATH): "x.yaml"}))
+
+    assert not writes("payloads") and writes("results") and writes("incoming")
+    assert grammar.evaluate(tree, Request(f"{B}/blobs/read", attributes={("Resource", CONTAINER_NAME): "payloads"}))
