@@ -1,4 +1,5 @@
-"""``upwell access`` on the local stack, and item 4 of issue 27: only operators push payload definitions.
+"""``upwell access`` on the local stack, and item 4 of issue 27: only operators push payload definitions
+(and pipeline rules).
 
 The roles live in UPWELL_ACCESS_FILE; the CLI acts as UPWELL_PRINCIPAL. A submitter's push is refused
 with NotOperator and writes nothing; an operator's push is registered and records who pushed it; a
@@ -78,12 +79,19 @@ def test_only_operators_push_and_the_definition_records_who(env, azurite, monkey
     refused = cli("payload", "push", str(definition(env, "1.0.0")))
     assert refused.exit_code == 2 and "NotOperator" in refused.output and "ann" in refused.output
     assert not store.exists(f"{names.PAYLOADS}/column-count/1.0.0.yaml")
+    rule = env / "buoy.yaml"
+    rule.write_text("name: buoy\nmatch: 'ocean/buoy/*.csv'\npayload: welch\n")
+    refused_rule = cli("rules", str(rule))
+    assert refused_rule.exit_code == 2 and "NotOperator" in refused_rule.output
+    assert not store.exists(f"{names.PIPELINES}/buoy.yaml")
 
     monkeypatch.setenv("UPWELL_PRINCIPAL", "bo")
     pushed = cli("payload", "push", str(definition(env, "1.0.0")))
     assert pushed.exit_code == 0 and "registered: column-count@1.0.0" in pushed.output, pushed.output
     meta = store.properties(f"{names.PAYLOADS}/column-count/1.0.0.yaml").metadata
     assert meta["pushed_by"] == "bo"
+    assert cli("rules", str(rule)).exit_code == 0 and store.exists(f"{names.PIPELINES}/buoy.yaml")
+    store.delete(f"{names.PIPELINES}/buoy.yaml")  # the session's Azurite is shared: leave no rule behind
 
     assert "revoked 1" in cli("access", "revoke", "bo", "--project", "ocean").output
     assert "bo" not in cli("access", "list").output

@@ -31,13 +31,9 @@ def tags_under(store: Storage, container: str, prefix: str) -> dict[str, dict]:
             for b in store.list(container, prefix)}
 
 
-def test_every_blob_of_a_sample_job_carries_its_project(azurite, tmp_path, monkeypatch):
-    assert 'match: "ocean/buoy/*.csv"' in RULE
-    store = Storage(azurite.connection_string)
-    store.ensure()
-    pipeline_env(monkeypatch, azurite.connection_string, tmp_path, UPWELL_PROJECT_FOLDERS="true")
-    store.write(f"{names.PIPELINES}/buoy-ocean.yaml", RULE.encode())
-    with running_host(azurite.connection_string, tmp_path):
+def _run(store: Storage, connection: str, state_dir):
+    """The instrument drop and the two refused manifests through the running pipeline; (job, refused)."""
+    with running_host(connection, state_dir):
         etag = store.put(f"{names.INCOMING}/ocean/buoy/day.csv", CSV.encode())
         claimed = store.put(f"{names.INCOMING}/ocean/claims/job.yaml",
                             b"payload: logistic\nproject: clinic\ngrid: {r: [3.1]}\n")
@@ -45,6 +41,19 @@ def test_every_blob_of_a_sample_job_carries_its_project(azurite, tmp_path, monke
         job = wait_reported(store, job_id_for("ocean/buoy/day.csv", etag), timeout=150)
         refused = [wait_reported(store, job_id_for(f"ocean/{n}/job.yaml", e), timeout=60)
                    for n, e in (("claims", claimed), ("unknown", unknown))]
+    return job, refused
+
+
+def test_every_blob_of_a_sample_job_carries_its_project(azurite, tmp_path, monkeypatch):
+    assert 'match: "ocean/buoy/*.csv"' in RULE
+    store = Storage(azurite.connection_string)
+    store.ensure()
+    pipeline_env(monkeypatch, azurite.connection_string, tmp_path, UPWELL_PROJECT_FOLDERS="true")
+    store.write(f"{names.PIPELINES}/buoy-ocean.yaml", RULE.encode())
+    try:
+        job, refused = _run(store, azurite.connection_string, tmp_path)
+    finally:
+        store.delete(f"{names.PIPELINES}/buoy-ocean.yaml")  # the session's Azurite is shared
     assert job.status == "succeeded" and job.project == "ocean" and job.shards_total == 2, job
     assert [r.status for r in refused] == ["rejected", "rejected"] and "clinic" in refused[0].message
 
@@ -53,7 +62,8 @@ def test_every_blob_of_a_sample_job_carries_its_project(azurite, tmp_path, monke
         found = tags_under(store, container, f"{job.job_id}/")
         assert found, f"nothing under {container}/{job.job_id}/"
         written.update(found)
-    written.update(tags_under(store, names.QUARANTINE, "ocean/"))
+    for folder in ("claims", "unknown"):
+        written.update(tags_under(store, names.QUARANTINE, f"ocean/{folder}/"))
     kinds = {path.rsplit(".", 1)[-1] for path in written}
     assert {"csv", "json", "npz", "log", "html"} <= kinds, sorted(written)  # shards, results, artifacts, report
     assert sum(p.startswith(f"{names.QUARANTINE}/") for p in written) == 4  # two uploads, two error files
