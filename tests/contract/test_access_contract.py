@@ -146,3 +146,33 @@ def test_contract_revoke_deletes_by_name(server, store):
     assert delete.path.endswith("/roleAssignments/a1") and delete.q("api-version") == "2022-04-01"
     server.route("DELETE", rf"{RA}/a1", (404, {"error": {"code": "RoleAssignmentNotFound", "message": "gone"}}))
     store.revoke(gone[0])  # a second revoke finds it gone: done, not an error
+
+
+def test_contract_the_push_check_asks_arm_for_the_signed_in_callers_roles(server, client_kwargs):
+    """On Azure the caller is the token's oid; its assignments come from List For Scope with a principal
+    filter, and a submitter's are refused with NotOperator where an operator's pass."""
+    import base64
+    import json
+    import time
+
+    from azure.core.credentials import AccessToken
+
+    from upwell.access.caller import require_operator
+    from upwell.errors import NotOperator
+    from upwell.settings import Settings
+
+    claims = base64.urlsafe_b64encode(json.dumps({"oid": "oid-bo"}).encode()).decode().rstrip("=")
+
+    class SignedIn:
+        def get_token(self, *scopes, **kwargs):
+            return AccessToken(f"e30.{claims}.sig", int(time.time()) + 3600)
+
+    settings = Settings(access_scope=SCOPE)
+    store = ArmAssignments(SCOPE, subscription_id="s1", credential=SignedIn(), client_kwargs=client_kwargs)
+    server.route("GET", RA, (200, {"value": [_listed("oid-bo", "ocean", Role.SUBMITTER, "b1")]}))
+    with pytest.raises(NotOperator) as caught:
+        require_operator(settings, "payloads/tool/1.0.0.yaml", store=store)
+    assert "oid-bo" in str(caught.value) and caught.value.code == "NotOperator"
+    assert server.calls("GET", RA)[-1].q("$filter") == "principalId eq 'oid-bo'"
+    server.route("GET", RA, (200, {"value": [_listed("oid-bo", "ocean", Role.OPERATOR, "b2")]}))
+    assert require_operator(settings, "payloads/tool/1.0.0.yaml", store=store) == "oid-bo"
