@@ -58,7 +58,12 @@ def test_documented_operator_examples_evaluate():
              "{10, 20} ForAnyOfAllValues:NumericLessThan {15, 18}": True,
              "{10, 20} ForAllOfAllValues:NumericLessThan {5, 15, 18}": False,
              "{10, 20} ForAllOfAllValues:NumericLessThan {25, 30}": True,
-             "{10, 20} ForAllOfAllValues:NumericLessThan {15, 25, 30}": False}
+             "{10, 20} ForAllOfAllValues:NumericLessThan {15, 25, 30}": False,
+             # negated functions compare pair by pair: some value differs from some other value
+             "{'red', 'blue'} ForAnyOfAnyValues:StringNotEquals {'red'}": True,
+             "{'red'} ForAnyOfAnyValues:StringNotEquals {'red'}": False,
+             "'Ocean' StringNotEqualsIgnoreCase 'ocean'": False,
+             "'ocean/run1' StringNotStartsWith 'clinic/'": True}
     for text, want in cases.items():
         assert grammar.evaluate(grammar.parse(text), Request("x")) is want, text
     action = grammar.parse("ActionMatches{'Microsoft.Authorization/roleAssignments/*'}")

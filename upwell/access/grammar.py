@@ -219,13 +219,12 @@ def _compare(node: Node, request: Request) -> bool:
     test = _TESTS.get(base.replace("IgnoreCase", "").removeprefix("String"), lambda a, b: a == b)
     fold = (lambda s: str(s).lower()) if base.endswith("IgnoreCase") else (lambda s: s)
 
-    def one(a, b) -> bool:
-        return test(fold(a), fold(b))
+    def one(a, b) -> bool:  # a negated function is negated pair by pair, as the cross products define it
+        return test(fold(a), fold(b)) != negated
 
     outer = all if quantifier.startswith("ForAll") else any
     inner = all if quantifier.endswith("AllValues") else any
-    result = outer(inner(one(a, b) for b in right) for a in left)
-    return not result if negated else result
+    return outer(inner(one(a, b) for b in right) for a in left)
 
 
 _TESTS = {"Equals": lambda a, b: a == b, "StartsWith": lambda a, b: str(a).startswith(str(b)),
