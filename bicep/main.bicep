@@ -145,6 +145,9 @@ param functionMaxInstances int = 40
 @description('Always-ready instances for the blob trigger group; 0 scales from zero (Event Grid deliveries start it).')
 param functionBlobAlwaysReady int = 0
 
+@description('Client id of the Entra ID app registration for the Function App\'s built-in authentication (the preprovision hook makes it: UPWELL_AUTH_CLIENT_ID).')
+param authClientId string
+
 @description('NCRONTAB schedule of the scale function.')
 param scaleSchedule string = '*/30 * * * * *'
 @description('NCRONTAB schedule of the reconciler timer (missed, dead-lettered and poisoned events).')
@@ -600,6 +603,9 @@ var functionAppSettings = {
   UPWELL_WORKER_IDENTITY_ID: identity.outputs.workerIdentityId
   UPWELL_WORKER_IMAGE_CPU: mpiImage
   UPWELL_WORKER_IMAGE_GPU: gpuImage
+  // A job's project is the folder it is uploaded to (incoming/<project>/), as the uploaders' ABAC role
+  // conditions are (`upwell access grant`, docs/access.md); a manifest naming another project is refused.
+  UPWELL_PROJECT_FOLDERS: 'true'
 }
 
 module functionApp 'modules/functionapp.bicep' = {
@@ -618,6 +624,7 @@ module functionApp 'modules/functionapp.bicep' = {
     subnetId: enablePrivateNetwork ? '${vnetId}/subnets/snet-app' : ''
     maximumInstanceCount: functionMaxInstances
     blobAlwaysReady: functionBlobAlwaysReady
+    authClientId: authClientId
   }
   dependsOn: [
     network

@@ -104,3 +104,15 @@ class PoolError(UpwellError):
         self.kind = kind
         self.retry_after = retry_after
         self.permanent = kind in (PoolErrorKind.QUOTA, PoolErrorKind.AUTH)
+
+
+class AccessError(UpwellError):
+    """A role assignment could not be made, read or removed (``code`` is ARM's error code)."""
+
+    def __init__(self, message: str, *, code: str = "", status: int | None = None):
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class NotOperator(AccessError):
+    """The caller holds no operator role: it may not register payload definitions or pipeline rules."""

@@ -38,6 +38,7 @@ class WorkItem:
     oversubscribe: bool = False  # more ranks on a node than its cores was allowed
     payload_version: str = ""  # the definition's version that ingest validated the params against
     payload_sha256: str = ""  # and its content hash: a worker runs exactly that definition
+    project: str = ""  # the job's project: what the worker writes for it carries the index tag project=<name>
     schema: int = SCHEMA_VERSION
 
     @property

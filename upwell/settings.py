@@ -144,6 +144,17 @@ class Settings:
     budgets: dict = field(default_factory=dict)
     budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
+    # UPWELL_ACCESS_SCOPE: the storage account's resource id that `upwell access` grants roles on (Azure);
+    # empty: the local stack's roles file (UPWELL_ACCESS_FILE)
+    access_scope: str = ""
+    # UPWELL_ACCESS_FILE: the local stack's role assignments; without the file its one user operates it
+    access_file: str = ".upwell/access.json"
+    # UPWELL_PRINCIPAL: who the CLI acts as on the local stack (default: the login name); on Azure the
+    # signed-in identity's object id is read from its token instead
+    principal: str = ""
+    # UPWELL_PROJECT_FOLDERS: a job's project is its upload's first folder (incoming/<project>/); a manifest
+    # naming another is refused. On in the Azure deployment, where the uploaders' role conditions are per folder
+    project_folders: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -202,7 +213,7 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"))
-_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
+_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"), ("project_folders", "UPWELL_PROJECT_FOLDERS"))
 
 
 def _text(env: Mapping[str, str], var: str) -> str:
@@ -210,7 +221,9 @@ def _text(env: Mapping[str, str], var: str) -> str:
 _TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("reconcile_schedule", "UPWELL_RECONCILE_SCHEDULE"),
           ("reconcile_source", "UPWELL_RECONCILE_SOURCE"),
           ("code_version", "UPWELL_CODE_VERSION"),
-          ("image_digest", "UPWELL_IMAGE_DIGEST"))
+          ("image_digest", "UPWELL_IMAGE_DIGEST"),
+          ("access_scope", "UPWELL_ACCESS_SCOPE"), ("access_file", "UPWELL_ACCESS_FILE"),
+          ("principal", "UPWELL_PRINCIPAL"))
 
 
 def env_int(env: Mapping[str, str], var: str, default: int, *, minimum: int | None = None) -> int:
@@ -263,4 +276,4 @@ def _reconcile_source(env: Mapping[str, str], var: str) -> str:
     return value
 
 
-_PARSE = {"scale_on_ingest": env_bool, "reconcile_source": _reconcile_source}
+_PARSE = {"scale_on_ingest": env_bool, "reconcile_source": _reconcile_source, "project_folders": env_bool}

@@ -9,6 +9,7 @@ SDK errors are translated here and only here.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Iterator
@@ -94,7 +95,10 @@ def storage_error(exc: BaseException, what: str) -> UpwellError:
 
 
 class Storage:
-    """Clients for one storage account. Keeps only the three service clients."""
+    """Clients for one storage account. Keeps the three service clients, and the blob index tags that its
+    ``write`` and ``put`` set on every blob (none, or a job's project: ``for_project``)."""
+
+    tags: dict[str, str] = {}
 
     def __init__(self, connection: str | None = None, env: dict[str, str] | None = None):
         env = dict(os.environ if env is None else env)
@@ -118,6 +122,15 @@ class Storage:
         self.blobs = BlobServiceClient(blob_uri, credential=cred)
         self.queues = QueueServiceClient(_service_uri(env, prefix, "queue"), credential=cred)
         self.tables = TableServiceClient(endpoint=_service_uri(env, prefix, "table"), credential=cred)
+
+    def for_project(self, project: str) -> Storage:
+        """The same clients, writing every blob with the index tag project=<project> (upwell.access.tags):
+        what upwell writes for a job carries its project, which the viewers' role conditions test."""
+        from upwell.access.tags import project_tags
+
+        view = copy.copy(self)
+        view.tags = project_tags(project)
+        return view
 
     # -- setup ---------------------------------------------------------------
     def ensure(self) -> None:
@@ -165,6 +178,8 @@ class Storage:
         """Upload; with overwrite=False it is a conditional create and returns False if it existed."""
         container, name = split_path(path)
         kwargs: dict[str, Any] = {"metadata": metadata}
+        if self.tags:
+            kwargs["tags"] = self.tags
         if content_type:
             kwargs["content_settings"] = ContentSettings(content_type=content_type)
         try:
@@ -187,7 +202,8 @@ class Storage:
         """Upload, replacing any blob of that name; returns the new blob's ETag."""
         container, name = split_path(path)
         try:
-            return str(self.blob(container, name).upload_blob(data, overwrite=True, metadata=metadata)["etag"])
+            return str(self.blob(container, name).upload_blob(data, overwrite=True, metadata=metadata,
+                                                              **({"tags": self.tags} if self.tags else {}))["etag"])
         except AzureError as exc:
             raise storage_error(exc, f"write {path}") from None
 

@@ -101,7 +101,7 @@ class Settler:
         item = hand.item
         if not hand.cap:
             results.note_row(doc, hand.seen_row())
-        results.write(self.storage, item, doc)
+        results.write(self.storage.for_project(item.project), item, doc)
         if hand.cap:
             self.ledger.shard_released(item.job_id, item.shard_id)
 

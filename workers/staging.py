@@ -82,7 +82,7 @@ class Staging:
             if _regular(path, ckpt) and not path.name.endswith(".tmp"):
                 rel = "/".join(safe_name(part) for part in path.relative_to(ckpt).parts)
                 with open(path, "rb") as fh:
-                    self.storage.write(f"{item.checkpoint_prefix}{rel}", fh)
+                    self.storage.for_project(item.project).write(f"{item.checkpoint_prefix}{rel}", fh)
                 n += 1
         return n
 
@@ -96,7 +96,7 @@ class Staging:
             name = safe_name(Path(path).name)
             blob = f"{item.result_prefix}/{name}"
             with open(path, "rb") as fh:
-                self.storage.write(blob, fh)
+                self.storage.for_project(item.project).write(blob, fh)
             out[name] = blob
         return out
 
@@ -113,7 +113,7 @@ class Staging:
             return
         try:
             with open(path, "rb") as fh:
-                self.storage.write(f"{item.result_prefix}/payload.log", fh)
+                self.storage.for_project(item.project).write(f"{item.result_prefix}/payload.log", fh)
         except UpwellError as exc:
             self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200], code=exc.code)
 

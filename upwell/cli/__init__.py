@@ -9,7 +9,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 # Each module registers its commands on `app` through register(app).
 _MODULES = ("upwell.cli.pipeline", "upwell.cli.jobs", "upwell.cli.payload", "upwell.cli.simulate", "upwell.cli.prices",
-            "upwell.cli.cost", "upwell.cli.ops", "upwell.cli.reconcile")
+            "upwell.cli.cost", "upwell.cli.ops", "upwell.cli.reconcile", "upwell.cli.access")
 
 
 def _register() -> None:

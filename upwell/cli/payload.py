@@ -107,8 +107,25 @@ def validate_file(path: Path = typer.Argument(..., exists=True, dir_okay=False, 
 def push(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a definition (YAML)")) -> None:
     """Validate a definition and register it in the payloads container (a version never changes)."""
     with _refusal(path):
-        loaded, created = _registry().push(path.read_bytes(), str(path))
+        pushed_by = _operator(path)
+        loaded, created = _registry().push(path.read_bytes(), str(path), pushed_by=pushed_by)
     typer.echo(f"{'registered' if created else 'already registered'}: {loaded.ref} {loaded.sha256}")
+
+
+def _operator(path: Path) -> str:
+    """The caller, when they hold the operator role (issue 27: only operators register definitions);
+    NotOperator is printed with its name and the command exits 2."""
+    from upwell.access.caller import require_operator
+    from upwell.errors import NotOperator
+    from upwell.payloads.validate import load
+    from upwell.settings import Settings
+
+    d = load(path.read_bytes(), str(path), ("*",)).definition
+    try:
+        return require_operator(Settings.from_env(), f"{names.PAYLOADS}/{d.name}/{d.version}.yaml")
+    except NotOperator as exc:
+        typer.echo(f"{path}: NotOperator: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @payload_app.command("list")

@@ -174,9 +174,17 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
 
 
 def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of rules")) -> None:
-    """Upload pipeline rules to the pipelines container."""
+    """Upload pipeline rules to the pipelines container (operators only: upwell.access.caller)."""
+    from upwell.access.caller import require_operator
+    from upwell.errors import NotOperator
     from upwell.ingest.submit import push_rules
+    from upwell.settings import Settings
 
+    try:
+        require_operator(Settings.from_env(), f"{names.PIPELINES}/{Path(paths[0]).name}")
+    except NotOperator as exc:
+        err.print(f"NotOperator: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     for name in push_rules(open_storage(), paths):
         console.print(f"rule pipelines/{name}")
 

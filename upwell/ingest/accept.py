@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from upwell import names
+from upwell.access.tags import job_project
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.lease import IngestLease
@@ -58,7 +59,8 @@ class JobAcceptor:
                 "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
                 "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}",
                 "source_etag": props.etag, "owner": m.owner or _uploader(props) or "unknown",
-                "project": m.project or self.settings.project, "gpus": m.resources.gpus,
+                "project": job_project(name, m.project, self.settings.project, strict=self.settings.project_folders),
+                "gpus": m.resources.gpus,
                 "max_wall_clock_s": tighter(m.max_wall_clock_s, pspec.max_wall_clock_s),
                 "max_shard_wall_clock_s": tighter(m.max_shard_wall_clock_s, pspec.max_shard_wall_clock_s),
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
@@ -88,7 +90,8 @@ class JobAcceptor:
                           payload_version=spec.definition.version, payload_sha256=spec.sha256,
                           input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
-                          gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe)
+                          gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe,
+                          project=job["project"])
                  for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
         lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)

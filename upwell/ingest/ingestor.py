@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from upwell import logs, names
+from upwell.access.tags import folder_project
 from upwell.errors import IngestLeased, InputRejected, NotFound
 from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
@@ -56,7 +57,6 @@ class Ingestor:
         self.ledger = ledger or Ledger(storage)
         self.definitions = Registry(storage, settings.registry_allowlist)
         self.acceptor = JobAcceptor(storage, settings, self.ledger)
-        self.sharder = InputSharder(storage, settings)
 
     def ingest(self, name: str) -> Outcome:
         """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers.
@@ -105,7 +105,8 @@ class Ingestor:
                                     f"{str(exc)[:300]}", field="document") from None
         except InputRejected as exc:
             exc.source = exc.source or f"{names.INCOMING}/{name}"
-            quarantine(self.storage, self.ledger, job_id, name, props.etag, exc)
+            quarantine(self.storage.for_project(folder_project(name) or self.settings.project), self.ledger,
+                       job_id, name, props.etag, exc)
             bound.warning("ingest.rejected", error=exc.message, field=exc.field, row=exc.row)
             return Outcome(job_id, "rejected", message=exc.message)
 
@@ -131,7 +132,7 @@ class Ingestor:
             message = wait_for_data(self.ledger, self.settings, job, props, m, missing, bound)
             return Outcome(job["job_id"], "waiting", message=message)
         if m.data:
-            shards = list(self.sharder.data_refs(job_id, name, m, spec))
+            shards = list(self._sharder(job).data_refs(job_id, name, m, spec))
         else:
             points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes,
                                            spec.definition)
@@ -139,6 +140,10 @@ class Ingestor:
                       for i, p in enumerate(points)]
         count = self.acceptor.accept(job, shards, spec, self._resources(m, spec.definition), bound)
         return Outcome(job_id, "accepted", count)
+
+    def _sharder(self, job: dict) -> InputSharder:
+        """The sharder that writes the job's shard blobs with its project's index tag."""
+        return InputSharder(self.storage.for_project(job["project"]), self.settings)
 
     @staticmethod
     def _resources(m: manifests.Manifest, definition) -> manifests.Resources:
@@ -179,7 +184,7 @@ class Ingestor:
                                     manifests.manifest_hash(rule.model_dump_json().encode()), spec)
         # the node-time history is read while the file is parsed
         history = reads.submit(self.acceptor.history, job) if reads is not None else None
-        shards = self.sharder.instrument(job_id, name, rule, opened)
+        shards = self._sharder(job).instrument(job_id, name, rule, opened)
         count = self.acceptor.accept(job, shards, spec, manifests.Resources(), bound, history)
         return Outcome(job_id, "accepted", count)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
@@ -122,8 +123,9 @@ class Registry:
         return out
 
     # -- writing (operators) --------------------------------------------------------------
-    def push(self, data: bytes, source: str) -> tuple[Loaded, bool]:
-        """Validate and store one definition; (loaded, False) when the same bytes were already there."""
+    def push(self, data: bytes, source: str, *, pushed_by: str = "") -> tuple[Loaded, bool]:
+        """Validate and store one definition; (loaded, False) when the same bytes were already there.
+        ``pushed_by`` (the operator, upwell.access.caller) is kept in the blob's metadata."""
         loaded = load(data, source, self.allowlist)
         d = loaded.definition
         if d.name in builtins(folder=self.folder):
@@ -132,7 +134,7 @@ class Registry:
         path = f"{names.PAYLOADS}/{d.name}/{d.version}.yaml"
         try:
             created = self.storage.write(path, data, overwrite=False, content_type="application/yaml",
-                                         metadata={"sha256": loaded.sha256.split(":", 1)[1]})
+                                         metadata=_metadata(loaded, pushed_by))
         except NotFound:
             raise InputRejected(f"the {names.PAYLOADS} container does not exist: deploy (bicep/) or run "
                                 "`upwell up` first", field="storage", source=source) from None
@@ -142,3 +144,11 @@ class Registry:
             raise InputRejected(f"{source}: {d.name}@{d.version} is already registered with other content; "
                                 "a version never changes: raise the version", field="version", source=source)
         return loaded, False
+
+
+def _metadata(loaded: Loaded, pushed_by: str) -> dict[str, str]:
+    """A pushed definition's blob metadata: its content hash, and who pushed it (quoted: metadata is ASCII)."""
+    meta = {"sha256": loaded.sha256.split(":", 1)[1]}
+    if pushed_by:
+        meta["pushed_by"] = quote(pushed_by, safe="@.-_")
+    return meta

@@ -73,7 +73,7 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
     for rel, data in files.items():
         ext = "." + rel.rsplit(".", 1)[-1]
         path = f"{names.REPORTS}/{job_id}/{rel}"
-        storage.write(path, data, content_type=CONTENT_TYPES.get(ext))
+        storage.for_project(job.project).write(path, data, content_type=CONTENT_TYPES.get(ext))
         written.append(path)
     ledger.update_job(job_id, reported=True, reported_at=now_iso(), report_blob=f"{names.REPORTS}/{job_id}/index.html",
                       report_count=job.report_count + 1)
