@@ -104,3 +104,11 @@ class PoolError(UpwellError):
         self.kind = kind
         self.retry_after = retry_after
         self.permanent = kind in (PoolErrorKind.QUOTA, PoolErrorKind.AUTH)
+
+
+class PrincipalInvalid(UpwellError):
+    """An ``X-MS-CLIENT-PRINCIPAL`` header that is not base64 JSON of the App Service shape (HTTP 401)."""
+
+
+class ProjectForbidden(UpwellError):
+    """The caller's projects do not include the job's project (HTTP 403)."""

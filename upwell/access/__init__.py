@@ -1,0 +1,1 @@
+"""Access: who may see and act on what, project by project."""
