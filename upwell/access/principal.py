@@ -77,11 +77,6 @@ def decode(header: str) -> dict:
     return doc
 
 
-def encode(doc: dict) -> str:
-    """The header value for a principal document (the devhost's test principals, and the tests)."""
-    return base64.b64encode(json.dumps(doc).encode()).decode()
-
-
 def of_user(doc: dict, project_roles: Mapping[str, tuple[str, ...]]) -> Caller:
     """A signed-in caller: the name claim, and the projects its roles and groups map to."""
     claims = [(c["typ"], c["val"]) for c in doc["claims"]]
