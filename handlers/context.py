@@ -58,13 +58,20 @@ def reset() -> None:
 
 
 def caller(req) -> Caller:
-    """Who sent an HTTP request (``upwell.access.principal``): the signed-in principal, else automation on a key."""
-    return principal.caller(req.headers, req.params, settings().project_roles, route=req.url.split("?", 1)[0])
+    """Who sent an HTTP request (``upwell.access.principal``): the signed-in principal, else automation on a key.
+    An action that a browser marks cross-site (``Sec-Fetch-Site``) is refused: another site's page must not
+    cancel jobs with the sign-in cookie of someone who visits it. Scripts send no such header."""
+    if req.method.upper() not in ("GET", "HEAD") and \
+            (req.headers.get("sec-fetch-site") or "").lower() == "cross-site":
+        raise ProjectForbidden("a cross-site request may not act on jobs: use the dashboard or the API itself")
+    return principal.caller(req.headers, req.params, settings().project_roles, route=req.url.split("?", 1)[0],
+                            method=req.method)
 
 
 def job_api(req) -> JobAPI:
-    """The jobs as the request's caller may see them."""
-    return JobAPI(storage(), settings(), caller(req))
+    """The jobs as the request's caller may see them (the caller first: a refused one opens no storage)."""
+    who = caller(req)
+    return JobAPI(storage(), settings(), who)
 
 
 def http_json(call: Callable[[], object], *, missing: str = "no such job",

@@ -87,3 +87,18 @@ def test_project_roles_setting():
     for bad in ("[1]", "{", '{"a": [1]}', '{"a": ""}'):
         with pytest.raises(ConfigError, match="UPWELL_PROJECT_ROLES"):
             parse_project_roles(bad)
+
+
+def test_the_http_functions_refuse_a_bad_principal_and_a_cross_site_action_before_any_storage():
+    import azure.functions as func
+
+    from handlers import api
+
+    def request(method: str, **headers: str) -> func.HttpRequest:
+        return func.HttpRequest(method, "http://127.0.0.1:7071/api/jobs/j1/cancel", headers=headers,
+                                route_params={"job_id": "j1"}, body=b"")
+
+    refused = api.cancel(request("POST", **{"Sec-Fetch-Site": "cross-site"}))
+    assert refused.status_code == 403 and b"cross-site" in refused.get_body()
+    bad = api.job(request("GET", **{"X-MS-CLIENT-PRINCIPAL": "%%%"}))
+    assert bad.status_code == 401 and b"not base64-encoded JSON" in bad.get_body()

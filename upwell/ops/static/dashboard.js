@@ -70,16 +70,24 @@
   // and at the first, middle and last x value. lines: [{key, color}]; x(p) and the labels come from opts.
   function axes(w, h, m, ymax, yUnit, xTicks, xUnit) {
     const y = (v) => h - m.b - (v * (h - m.t - m.b)) / ymax;
-    const yt = [...new Set([0, Math.round(ymax / 2), ymax])];
+    const yt = [...new Set([0, ymax / 2, ymax])];
+    const label = (v) => String(Number.isInteger(v) ? v : Number(v.toPrecision(2)));
+    // The first and last x labels are anchored inside the plot, so that none is cut at the edge.
+    const anchor = (i, n) => (n > 1 && i === 0 ? "start" : n > 1 && i === n - 1 ? "end" : "middle");
     return `<g class="axis y">${yt.map((v) => `<line x1="${m.l - 3}" x2="${w - m.r}" y1="${y(v)}" y2="${y(v)}" stroke="#e5e7eb"/>
-        <text x="${m.l - 5}" y="${y(v) + 3}" text-anchor="end">${v}</text>`).join("")}
+        <text x="${m.l - 5}" y="${y(v) + 3}" text-anchor="end">${label(v)}</text>`).join("")}
         <text class="unit" transform="translate(10 ${(h - m.b + m.t) / 2}) rotate(-90)" text-anchor="middle">${esc(yUnit)}</text></g>
       <g class="axis x"><line x1="${m.l}" x2="${w - m.r}" y1="${h - m.b}" y2="${h - m.b}" stroke="#6b7280"/>
-        ${xTicks.map(([x, label]) => `<text x="${x}" y="${h - m.b + 12}" text-anchor="middle">${esc(label)}</text>`).join("")}
+        ${xTicks.map(([x, text], i) => `<text x="${x}" y="${h - m.b + 12}" text-anchor="${anchor(i, xTicks.length)}">${esc(text)}</text>`).join("")}
         <text class="unit" x="${(w + m.l - m.r) / 2}" y="${h - 2}" text-anchor="middle">${esc(xUnit)}</text></g>`;
   }
 
   const M = {l: 38, r: 8, t: 8, b: 30};
+  // The smallest 1, 2 or 5 × 10^k at or above v: a y range whose half and whole are round numbers.
+  const nice = (v) => {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    return [1, 2, 5, 10].map((k) => k * p).find((c) => c >= v * (1 - 1e-9));
+  };
 
   function chart(series, max) {
     const w = 360, h = 150, n = series.length;
@@ -88,9 +96,12 @@
     const x = (i) => (n === 1 ? (w + M.l - M.r) / 2 : M.l + (i * (w - M.l - M.r)) / (n - 1));
     const y = (v) => h - M.b - (v * (h - M.t - M.b)) / top;
     const line = (key, color) => `<polyline fill="none" stroke="${color}" stroke-width="2" points="${series.map((p, i) => `${x(i).toFixed(1)},${y(p[key]).toFixed(1)}`).join(" ")}"/>`;
-    const ticks = [...new Set([0, Math.floor((n - 1) / 2), n - 1])].map((i) => [x(i), time(series[i].ts).slice(0, 5)]);
+    // Minutes when the series spans more than a few; seconds otherwise, so the labels differ.
+    const span = (Date.parse(series[n - 1].ts) - Date.parse(series[0].ts)) / 1000;
+    const fine = !(span > 300);
+    const ticks = [...new Set([0, Math.floor((n - 1) / 2), n - 1])].map((i) => [x(i), time(series[i].ts).slice(0, fine ? 8 : 5)]);
     return `<svg class="chart" width="${w}" height="${h}" role="img" aria-label="nodes and backlog (shards) over time (UTC)">
-      ${axes(w, h, M, top, "nodes · shards", ticks, "time (UTC, hh:mm)")}${line("backlog", "#a16207")}${line("nodes", "#1d4ed8")}${line("spot", "#15803d")}</svg>`;
+      ${axes(w, h, M, top, "nodes · shards", ticks, fine ? "time (UTC, hh:mm:ss)" : "time (UTC, hh:mm)")}${line("backlog", "#a16207")}${line("nodes", "#1d4ed8")}${line("spot", "#15803d")}</svg>`;
   }
 
   // CPU seconds per shard of the open job, one bar each (x: the shards, in order).
@@ -98,7 +109,7 @@
     const w = 480, h = 150, n = shards.length;
     const measured = shards.filter((s) => s.cpu_s != null && s.cpu_s > 0);
     if (!measured.length) return `<svg class="chart" width="${w}" height="40"><text x="8" y="24" fill="#6b7280">no CPU measured yet</text></svg>`;
-    const top = Math.max(1, Math.ceil(Math.max(...measured.map((s) => s.cpu_s))));
+    const top = nice(Math.max(...measured.map((s) => s.cpu_s)));
     const bw = (w - M.l - M.r) / n;
     const y = (v) => h - M.b - (v * (h - M.t - M.b)) / top;
     const bars = shards.map((s, i) => `<rect x="${(M.l + i * bw + 1).toFixed(1)}" y="${y(s.cpu_s || 0).toFixed(1)}" width="${Math.max(1, bw - 2).toFixed(1)}"
