@@ -184,7 +184,8 @@ def _quarantine_seen(storage: Storage, ledger: Ledger, visible: Callable[[JobRow
 
 def job_detail(api: JobAPI, job_id: str) -> dict[str, Any] | None:
     """A job with its shards: where each ran, its attempts, node time, cost, CPU seconds and peak RSS
-    (as the agent measured the payload: ``workers.usage``), and whether its log is kept."""
+    (as the agent measured the payload's last attempt: ``workers.procs.Usage``; None until one was measured),
+    and where its log is."""
     job = api.job(job_id, "see jobs")
     if job is None:
         return None
@@ -193,7 +194,7 @@ def job_detail(api: JobAPI, job_id: str) -> dict[str, Any] | None:
     line["estimate_basis"] = job.estimate_basis
     line["shards"] = [{"shard_id": s.shard_id, "status": s.status.value, "node": s.node, "attempts": s.attempts,
                        "preemptions": s.preemptions, "failures": s.failures, "node_seconds": s.paid_seconds,
-                       "cost_usd": s.cost_usd, "cpu_s": s.cpu_s, "max_rss_mb": s.max_rss_mb,
+                       "cost_usd": s.cost_usd, "cpu_s": s.cpu_s or None, "max_rss_mb": s.max_rss_mb or None,
                        "log": f"jobs/{job_id}/shards/{s.shard_id}/log" if s.attempts or s.terminal else None,
                        "error": s.error[:300]}
                       for s in shards]
