@@ -364,6 +364,9 @@ def test_a_principal_sees_and_acts_only_within_its_projects(browser, stack):
         assert row.status == "succeeded" and row.reruns == 0 and not row.cancelled_at, row
     # A key (automation) sees both; a malformed principal is refused at the door.
     assert {ocean_id, reef_id} <= {j["job_id"] for j in json.loads(_call(f"{base}/jobs")[1])}
+    filtered = json.loads(_call(f"{base}/jobs?project=reef&owner=diver%40lab.org&state=succeeded")[1])
+    assert reef_id in {j["job_id"] for j in filtered} and ocean_id not in {j["job_id"] for j in filtered}
+    assert {(j["project"], j["owner"], j["status"]) for j in filtered} == {("reef", "diver@lab.org", "succeeded")}
     assert _call(f"{base}/jobs", "not base64 json!")[0] == 401
 
     # The page, signed in as the ocean member: only ocean's jobs, and every action on reef's job is 403.
