@@ -116,3 +116,11 @@ class AccessError(UpwellError):
 
 class NotOperator(AccessError):
     """The caller holds no operator role: it may not register payload definitions or pipeline rules."""
+
+
+class PrincipalInvalid(UpwellError):
+    """An ``X-MS-CLIENT-PRINCIPAL`` header that is not base64 JSON of the App Service shape (HTTP 401)."""
+
+
+class ProjectForbidden(UpwellError):
+    """The caller's projects do not include the job's project (HTTP 403)."""

@@ -254,6 +254,8 @@ class ShardRow(_Row):
     preempted_node_seconds: float = 0.0
     failed_node_seconds: float = 0.0
     cost_usd: float | None = None  # what its attempts cost, set when it ends
+    cpu_s: float = 0.0  # the last attempt's CPU seconds (user + system, the payload and its children)
+    max_rss_mb: float = 0.0  # the last attempt's peak resident set, its largest process (MiB)
     error: str = ""
     stderr_tail: str = ""
     history: str = "[]"  # JSON list of earlier attempts: node, started, finished, status

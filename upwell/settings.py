@@ -155,6 +155,9 @@ class Settings:
     # UPWELL_PROJECT_FOLDERS: a job's project is its upload's first folder (incoming/<project>/); a manifest
     # naming another is refused. On in the Azure deployment, where the uploaders' role conditions are per folder
     project_folders: bool = False
+    # UPWELL_PROJECT_ROLES: which projects a signed-in caller may see and act on, by Entra app role or
+    # group object id: {"ocean.members": ["ocean"], "<group id>": ["reef"], "upwell.operator": ["*"]}
+    project_roles: dict = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -179,6 +182,7 @@ class Settings:
             kw["registry_allowlist"] = tuple(s.strip() for s in env["UPWELL_REGISTRY_ALLOWLIST"].split(",")
                                              if s.strip())
         kw.update(cost_settings(env))
+        kw.update(access_settings(env))
         return cls(**kw)
 
 
@@ -205,6 +209,29 @@ def _budgets(text: str) -> dict[str, dict[str, float]]:
     unknown = set(raw) - {"owner", "project"}
     if unknown:
         raise ConfigError(f"UPWELL_BUDGETS has unknown keys {sorted(unknown)}; known: owner, project")
+    return out
+
+
+def access_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """UPWELL_PROJECT_ROLES, where set (upwell.access.principal reads it)."""
+    return {"project_roles": parse_project_roles(env["UPWELL_PROJECT_ROLES"])} if env.get("UPWELL_PROJECT_ROLES") \
+        else {}
+
+
+def parse_project_roles(text: str) -> dict[str, tuple[str, ...]]:
+    """UPWELL_PROJECT_ROLES: a JSON object of app role or group id -> the projects it opens ("*": all)."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"UPWELL_PROJECT_ROLES is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError('UPWELL_PROJECT_ROLES must be a JSON object like {"ocean.members": ["ocean"]}')
+    out = {}
+    for role, projects in raw.items():
+        projects = [projects] if isinstance(projects, str) else projects
+        if not isinstance(projects, list) or not all(isinstance(p, str) and p for p in projects):
+            raise ConfigError(f"UPWELL_PROJECT_ROLES.{role} must be a project name or a list of them")
+        out[str(role)] = tuple(projects)
     return out
 
 

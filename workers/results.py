@@ -51,6 +51,9 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             if started else 0.0,
             "nodes": _nodes(item),
             "cpu_wait_s": cpu_wait_s,
+            # The payload's CPU seconds and peak RSS (workers.procs.Usage); None where not measured.
+            "cpu_s": getattr(launch, "cpu_s", None),
+            "max_rss_mb": getattr(launch, "max_rss_mb", None),
             "queue_wait_s": seconds_between(queued, shard.first_started_at or started),
             "checkpoints": shard.checkpoints + int(getattr(launch, "checkpoints", 0) or 0),
             "preemptions": shard.preemptions,

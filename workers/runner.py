@@ -173,7 +173,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
             status, tail = "failed", failed
     return _result(loaded, workdir, status, proc.returncode, tail, started, resumed, checkpoints=kept,
                    timed_out=outcome.timed_out, permanent=proc.returncode in d.exit_codes.bad_input,
-                   cpu_wait_s=outcome.cpu_wait_s)
+                   cpu_wait_s=outcome.cpu_wait_s).measured(outcome)
 
 
 def command_for(d: Definition, item: WorkItem, values: dict[str, str], workdir: Path, resumed: bool, *,

@@ -5,7 +5,8 @@
 - ``roles``: submitter, viewer, operator as role assignments (``Grant``);
 - ``assignments``: grant, list and revoke through azure-mgmt-authorization, or a local file;
 - ``caller``: who runs the command, and whether they may write a path (the operator check);
-- ``tags``: the blob index tags on what upwell writes for a job.
+- ``tags``: the blob index tags on what upwell writes for a job;
+- ``principal``: who is asking the API and the dashboard (``X-MS-CLIENT-PRINCIPAL``) and their projects.
 
 Loading the package imports none of them.
 """

@@ -9,7 +9,7 @@ from upwell.storage import Storage
 
 JOB_FIELDS = ("name", "status", "payload", "pool", "shards_total", "shards_done", "shards_failed", "spent_usd",
               "estimate_usd", "budget_usd", "created_at", "finished_at", "message", "reported", "report_blob",
-              "source_blob", "quarantine_blob")
+              "source_blob", "quarantine_blob", "owner", "project")
 
 
 def _fields(job: JobRow) -> dict:
