@@ -104,3 +104,10 @@ class PoolError(UpwellError):
         self.kind = kind
         self.retry_after = retry_after
         self.permanent = kind in (PoolErrorKind.QUOTA, PoolErrorKind.AUTH)
+
+
+class StackUnreachable(UpwellError):
+    """The storage (or functions host) a command needs does not answer: the local stack is not running, or
+    is still starting past the bounded wait. The message is one line naming what and how to start it."""
+
+    permanent = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -29,4 +31,12 @@ _register()
 
 
 def main() -> None:
-    app()
+    """The ``upwell`` console script: an upwell error (the stack not running, a bad setting) is one line on
+    stderr and exit 1, never a traceback; anything else is a bug and keeps its traceback."""
+    from upwell.errors import UpwellError
+
+    try:
+        app()
+    except UpwellError as exc:
+        sys.stderr.write(f"upwell: {exc}\n")
+        sys.exit(1)

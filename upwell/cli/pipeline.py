@@ -31,7 +31,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
            False, "--free-ports", help="when the ports belong to another checkout's stack, use free ones")) -> None:
     """Start Azurite (persisted under .upwell/), the local Functions host and the local pool. Ctrl-C stops all."""
     from upwell.local import owner
-    from upwell.local.stack import LocalStack
+    from upwell.local.stack import LocalStack, clear_state, save_state
 
     ports, http_port = _choose_ports((blob_port, queue_port, table_port), http_port, free_ports)
     _pools_for_up(workers)
@@ -43,6 +43,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         signal.signal(sig, lambda *_: stopping.set())
     died = False
     try:
+        save_state(STATE, "starting", ports, http_port)  # other commands wait for a starting stack, bounded
         stack.start_storage()
         owner.claim("up", STATE, ports, http_port)
         where = (f"started, data in {STATE / 'azurite'}" if stack.azurite is not None else
@@ -56,8 +57,10 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
              f"http://127.0.0.1:{http_port}/api/jobs")
         _say(f"[green]dashboard[/] http://127.0.0.1:{http_port}/api/dashboard")
-        _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "
-             "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
+        state = save_state(STATE, "ready", ports, http_port)
+        _say(f"[green]connection[/] for Storage Explorer or `az ... --connection-string`: "
+             f"{_quoted(state.connection_string)} (other upwell commands find it in {STATE / 'stack.json'})")
+        _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client. Ctrl-C stops everything.")
         while not stopping.is_set() and stack.alive():
             stopping.wait(0.5)
         died = not stopping.is_set()
@@ -65,10 +68,18 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         _say("[yellow]stopping[/] devhost, workers, Azurite ...")
         stack.stop()
         owner.release(ports[0])
+        clear_state(STATE)
         _say("[green]stopped[/]")
     if died:
         _say(f"[red]the functions host exited on its own[/]; its output is above (is port {http_port} in use?)")
         raise typer.Exit(1)
+
+
+def _quoted(connection: str) -> str:
+    """The standard ports' connection string is the short one every Azure Storage tool knows."""
+    from upwell.local import azurite
+
+    return '"UseDevelopmentStorage=true"' if connection == azurite.connection_string() else f'"{connection}"'
 
 
 def _choose_ports(ports: tuple[int, int, int], http_port: int, free: bool) -> tuple[tuple[int, int, int], int]:
@@ -141,7 +152,7 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
     from upwell.ingest.submit import check
     from upwell.ingest.submit import submit as do_submit
 
-    storage = open_storage()
+    storage = open_storage(needs_host=not dry_run)
     try:
         plans = check(storage, paths, prefix)
     except (InputRejected, FileNotFoundError) as exc:
@@ -184,9 +195,9 @@ def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of
 def status(job: str = typer.Argument(None, help="a job id, name or upload path; all jobs when omitted"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Report where jobs stand."""
+    storage = open_storage()  # before the library's imports: with the stack down, say so at once
     from upwell.results.status import job_status, list_jobs
 
-    storage = open_storage()
     if job:
         job = resolve(storage, job)
         st = job_status(storage, job)

@@ -19,13 +19,21 @@ console = Console()
 err = Console(stderr=True)
 
 
-def open_storage():
-    """The Storage the commands use: the configured connection, else the local emulator."""
+def open_storage(*, needs_host: bool = False):
+    """The Storage the commands use: AzureWebJobsStorage, else the running stack's state file, else the local
+    emulator's standard ports (``upwell.local.reach``). Raises StackUnreachable, one line naming what does not
+    answer and ``upwell up``, before any SDK call could retry for a minute; a stack that is starting is
+    waited for (``UPWELL_CLI_START_WAIT_S``), each try shown. ``needs_host``: also wait until a starting
+    stack's functions host is ready (an upload before that gets no event)."""
+    from upwell.local import reach
+    from upwell.settings import Settings
     from upwell.storage import Storage  # the SDK clients load only for a command that talks to storage
 
-    identity = any(k.startswith(f"{names.CONNECTION}__") for k in os.environ)
-    if not os.environ.get(names.CONNECTION) and not identity:
-        os.environ[names.CONNECTION] = "UseDevelopmentStorage=true"  # the local emulator by default
+    target = reach.find()
+    reach.check(target, wait_s=Settings.from_env().cli_start_wait_s, needs_host=needs_host,
+                say=lambda line: err.print(line, soft_wrap=True, markup=False, highlight=False))
+    if target.connection != "identity":
+        os.environ[names.CONNECTION] = target.connection  # what the library's own Storage() calls read
     return Storage()
 
 
