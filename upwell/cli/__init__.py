@@ -6,12 +6,27 @@ import sys
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+# add_completion: typer's --install-completion and --show-completion (bash, zsh, fish, PowerShell).
+app = typer.Typer(add_completion=True, no_args_is_help=True,
                   help="upwell: event-driven research computing on Azure, and on this machine.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from upwell import __version__
+
+        typer.echo(f"upwell {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """upwell: event-driven research computing on Azure, and on this machine."""
 
 # Each module registers its commands on `app` through register(app).
 _MODULES = ("upwell.cli.pipeline", "upwell.cli.jobs", "upwell.cli.payload", "upwell.cli.simulate", "upwell.cli.prices",
-            "upwell.cli.cost", "upwell.cli.ops", "upwell.cli.reconcile")
+            "upwell.cli.cost", "upwell.cli.ops", "upwell.cli.reconcile", "upwell.cli.logs")
 
 
 def _register() -> None:
