@@ -145,6 +145,7 @@ class Settings:
     budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
     cli_start_wait_s: int = 20  # UPWELL_CLI_START_WAIT_S: how long a command waits for a stack still starting
+    quarantine_max_rows: int = 100  # UPWELL_QUARANTINE_MAX_ROWS: bad rows a rejected CSV's .error.json lists
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -203,7 +204,7 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"),
-         ("cli_start_wait_s", "UPWELL_CLI_START_WAIT_S"))
+         ("cli_start_wait_s", "UPWELL_CLI_START_WAIT_S"), ("quarantine_max_rows", "UPWELL_QUARANTINE_MAX_ROWS"))
 _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import module_azurite
 from upwell import names
 from upwell.ledger import JobRow, JobState, Ledger
 from upwell.local import azurite as emulator
@@ -26,7 +25,6 @@ from upwell.local.stack import load_state, save_state
 from upwell.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[2]
-azurite = module_azurite("cli-stack")
 
 
 def upwell(*args: str, home: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -15,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from upwell import names
-from upwell.cli.shared import err, open_storage, print_actions, resolve
+from upwell.cli.shared import err, open_storage, print_actions, print_json, resolve
 
 console = Console(stderr=False)
 STATE = Path(os.environ.get("UPWELL_HOME", ".upwell"))
@@ -205,32 +204,49 @@ def status(job: str = typer.Argument(None, help="a job id, name or upload path; 
             console.print(f"[red]no such job {job}[/]")
             raise typer.Exit(1)
         if as_json:
-            console.print_json(json.dumps(st, default=str))
+            print_json(st)
             return
         _print_job(st)
         return
     rows = list_jobs(storage)
     if as_json:
-        console.print_json(json.dumps(rows, default=str))
+        print_json(rows)
         return
-    table = Table()
-    # Whole ids, never cut or folded, at any terminal width or none: the id is what the other commands take.
-    table.add_column("job", no_wrap=True, overflow="ignore", min_width=max([len(r["job_id"]) for r in rows] or [3]))
-    for header in ("status", "payload", "pool", "done", "failed", "total", "cost $", "message"):
-        table.add_column(header)
-    for r in rows:
-        table.add_row(r["job_id"], r.get("status") or "", r.get("payload") or "", r.get("pool") or "",
-                      str(r.get("shards_done") or 0), str(r.get("shards_failed") or 0), str(r.get("shards_total") or 0),
-                      f"{float(r.get('spent_usd') or 0):.4f}", (r.get("message") or "")[:60])
-    if console.is_terminal:
-        console.print(table)
-    else:  # a pipe or a file: as wide as the rows need, not 80 columns
-        Console(width=max(console.width, table.columns[0].min_width + 140)).print(table)
+    console_table = _jobs_table(rows)
+    # A pipe or a file: as wide as the rows need, not 80 columns.
+    out = console if console.is_terminal else Console(width=max(console.width, console_table.columns[0].min_width
+                                                                  + 140))
+    out.print(console_table)
+    _messages(rows, out)
     from upwell.ops.reconcile import recent_actions
 
     actions = recent_actions(storage, limit=10)
     if actions:
         print_actions(actions, "reconciler: latest actions")
+
+
+def _jobs_table(rows: list[dict]) -> Table:
+    """The job listing, narrow enough for 80 columns: no vertical rules, the shard counts in one column
+    (done/failed/of); a job's message goes below the table (``_messages``), word-wrapped, never cut."""
+    from rich import box
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False, collapse_padding=True,
+                  caption="shards: done/failed/of")
+    # Whole ids, never cut or folded, at any terminal width or none: the id is what the other commands take.
+    table.add_column("job", no_wrap=True, overflow="ignore", min_width=max([len(r["job_id"]) for r in rows] or [3]))
+    for header in ("status", "payload", "pool", "shards", "cost $"):
+        table.add_column(header, overflow="fold")
+    for r in rows:
+        shards = f"{r.get('shards_done') or 0}/{r.get('shards_failed') or 0}/{r.get('shards_total') or 0}"
+        table.add_row(r["job_id"], r.get("status") or "", r.get("payload") or "", r.get("pool") or "", shards,
+                      f"{float(r.get('spent_usd') or 0):.4f}")
+    return table
+
+
+def _messages(rows: list[dict], out: Console) -> None:
+    for r in rows:
+        if r.get("message"):
+            out.print(f"{r['job_id']}: {r['message']}", markup=False, highlight=False)
 
 
 def _print_job(st: dict) -> None:

@@ -7,6 +7,7 @@ independent (``upwell status`` shows the reconciler's actions without importing 
 
 from __future__ import annotations
 
+import json
 import os
 
 import typer
@@ -27,11 +28,11 @@ def open_storage(*, needs_host: bool = False):
     stack's functions host is ready (an upload before that gets no event)."""
     from upwell.local import reach
     from upwell.settings import Settings
-    from upwell.storage import Storage  # the SDK clients load only for a command that talks to storage
 
     target = reach.find()
     reach.check(target, wait_s=Settings.from_env().cli_start_wait_s, needs_host=needs_host,
                 say=lambda line: err.print(line, soft_wrap=True, markup=False, highlight=False))
+    from upwell.storage import Storage  # the SDK clients load (a second) only once the storage answers
     if target.connection != "identity":
         os.environ[names.CONNECTION] = target.connection  # what the library's own Storage() calls read
     return Storage()
@@ -52,10 +53,24 @@ def resolve(storage, text: str) -> str:
     return found.job_id
 
 
+def fold(table: Table) -> Table:
+    """The table with every column folding a long cell onto more lines instead of cutting it with an ellipsis
+    (rich's default), so an 80-column terminal shows all of it; a column set to ``ignore`` (a whole id) stays."""
+    for column in table.columns:
+        if column.overflow != "ignore":
+            column.overflow = "fold"
+    return table
+
+
+def print_json(data) -> None:
+    """A listing's ``--json``: plain JSON on stdout, never wrapped to the terminal's width."""
+    typer.echo(json.dumps(data, indent=1, default=str))
+
+
 def print_actions(actions: list[dict], title: str) -> None:
     """The reconciler's actions as a table (``upwell reconcile`` and ``upwell status``)."""
     table = Table("at", "kind", "target", "outcome", "detail", title=title)
-    for a in actions:
+    for a in actions:  # nothing cut: rich wraps a long cell within the terminal's width
         table.add_row(str(a.get("at") or "")[:19], a.get("kind") or "", a.get("target") or "",
-                      a.get("outcome") or "", (a.get("detail") or "")[:80])
-    console.print(table)
+                      a.get("outcome") or "", a.get("detail") or "")
+    console.print(fold(table))
