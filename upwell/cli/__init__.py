@@ -27,7 +27,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 # Each module registers its commands on `app` through register(app).
 _MODULES = ("upwell.cli.pipeline", "upwell.cli.jobs", "upwell.cli.payload", "upwell.cli.simulate", "upwell.cli.prices",
             "upwell.cli.cost", "upwell.cli.ops", "upwell.cli.reconcile", "upwell.cli.logs",
-            "upwell.cli.quarantine")
+            "upwell.cli.quarantine", "upwell.cli.settings")
 
 
 def _register() -> None:
