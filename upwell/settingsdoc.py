@@ -1,7 +1,7 @@
 """Every ``UPWELL_*`` setting in one reference, the source of docs/operate.md's settings table.
 
 Two sources. The ``Settings`` object (``upwell/settings.py``): each field says its variable and what it does
-in the comment where it is declared (``# UPWELL_X: what it does``, on the field's line or the lines just above).
+in the comment where it is declared (``# UPWELL_<NAME>: what it does``, on the field's line or the lines just above).
 And ``ELSEWHERE`` below: the settings that one part reads on its own at its edge (the agent on a node, the local
 stack, the logs, the janitor timer), each with its default and what it does.
 
