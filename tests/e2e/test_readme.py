@@ -360,6 +360,13 @@ def _check_lifecycle(reader: Reader, args: list[str], stdout: str, out: str) -> 
             assert f"cancelled {job}:" in out and ledger.job(job).status.value == "cancelled", out
             reader.cancelled = [s.shard_id for s in ledger.shards(job) if s.status.value == "cancelled"]
             assert reader.cancelled, f"nothing was left to cancel: {out}"
+            # Per state, every shard once; only the shards that are cancelled now are reported as stopped or
+            # cancelled (one that finished before it could stop is not: issue 25 item 11).
+            moves = [(int(n), was, what) for n, was, what in re.findall(r"^\s+(\d+) (\w+)\s+(.+)$", out, flags=re.M)]
+            assert sum(n for n, _, _ in moves) == 12, out
+            stopped = sum(n for n, _, what in moves if "cancelled" in what or "checkpointed" in what)
+            stopping = sum(n for n, _, what in moves if "still stopping" in what)  # may be cancelled by now
+            assert stopped <= len(reader.cancelled) <= stopped + stopping, (reader.cancelled, out)
         case ["rerun", _]:
             assert re.search(rf"re-running {len(reader.cancelled)} shard\(s\) of {re.escape(job)}: ", out), out
             assert all(s in out for s in reader.cancelled[:20]), (reader.cancelled, out)
