@@ -1,8 +1,9 @@
 """Where the storage a command talks to is, and whether it answers, asked before any SDK call.
 
-The Storage SDK retries a refused connection with exponential back-off (azure-core's ``RetryPolicy``: 3 retries
-for connection errors, ``retry_backoff_factor`` 0.8 s, and a table client's own policy on top), so a command
-against a stack that is down waited over a minute and ended in a traceback. ``find`` picks the connection:
+The Storage SDK retries a refused connection with exponential back-off (azure-storage-blob's
+``_shared/policies.py``, ``ExponentialRetry``: ``initial_backoff`` 15 s, ``increment_base`` 3, ``retry_total`` 3,
+3 of them for connection errors; the queue and table clients alike), so a command against a stack that is down
+waited over a minute and ended in a traceback. ``find`` picks the connection:
 
 1. ``AzureWebJobsStorage`` (or its identity-based ``__serviceUri`` settings) when set;
 2. else the running stack's state file, ``<home>/stack.json`` (``upwell.local.stack.load_state``; home is
