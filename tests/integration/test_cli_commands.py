@@ -80,7 +80,7 @@ def inproc(monkeypatch, azurite, *args: str) -> str:
 def test_every_listing_command_has_json_that_parses(home, azurite, monkeypatch):
     listings = {("status",): list, ("status", "listed-000000000001"): dict, ("cost",): dict,
                 ("prices", "show"): dict, ("payload", "list"): list, ("quarantine", "list"): list,
-                ("reconcile", "--dry-run"): dict}
+                ("reconcile", "--dry-run"): dict, ("settings",): list}
     for args, kind in listings.items():
         parsed = json.loads(inproc(monkeypatch, azurite, *args, "--json"))
         assert isinstance(parsed, kind), (args, parsed)
