@@ -34,10 +34,16 @@ class InputRejected(UpwellError):
         self.row = row
         self.limit = limit
         self.source = source
+        # Every bad row found (upwell.ingest.badrows): [{"row", "field", "message"}], and whether there may be more.
+        self.rows: list[dict] = []
+        self.more_rows = False
 
     def to_dict(self) -> dict:
+        rows = self.rows or ([{"row": self.row, "field": self.field, "message": self.message}]
+                             if self.row is not None else [])
         return {"error": type(self).__name__, "message": self.message, "field": self.field,
-                "row": self.row, "limit": self.limit, "source": self.source}
+                "row": self.row, "limit": self.limit, "source": self.source, "rows": rows,
+                "more_rows": self.more_rows}
 
 
 class RedriveExhausted(InputRejected):
@@ -124,3 +130,9 @@ class PrincipalInvalid(UpwellError):
 
 class ProjectForbidden(UpwellError):
     """The caller's projects do not include the job's project (HTTP 403)."""
+
+class StackUnreachable(UpwellError):
+    """The storage (or functions host) a command needs does not answer: the local stack is not running, or
+    is still starting past the bounded wait. The message is one line naming what and how to start it."""
+
+    permanent = False

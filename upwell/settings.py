@@ -113,19 +113,22 @@ def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolS
 @dataclass(frozen=True)
 class Settings:
     connection: str = "UseDevelopmentStorage=true"  # AzureWebJobsStorage
-    pools: dict[str, PoolSpec] = field(default_factory=_default_pools)  # UPWELL_POOLS
-    scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE (NCRONTAB; Azure: every 30 s)
-    max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES
-    max_shards: int = 10_000  # UPWELL_MAX_SHARDS
-    max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES
-    max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES
+    # UPWELL_POOLS: the pools, JSON: name -> PoolSpec fields (backend, min_nodes, max_nodes, options ...)
+    pools: dict[str, PoolSpec] = field(default_factory=_default_pools)
+    scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE: the scale timer (NCRONTAB; Azure: every 30 s)
+    max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES: the largest upload ingest reads
+    max_shards: int = 10_000  # UPWELL_MAX_SHARDS: the most shards one job may make
+    max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES: the largest work item (the queue limit is 64 KiB)
+    max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES: the largest parameter set of one shard
     max_concurrency: int = 0  # UPWELL_MAX_CONCURRENCY: running shards per job, 0 = no cap
-    image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
-    # Registries a pushed payload definition's image may come from (host names; '*' patterns allowed).
-    registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
-    code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
-    image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
-    reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE (NCRONTAB, every 5 min)
+    # UPWELL_IMAGE_ALLOWLIST: image names the built-in definitions may use (comma-separated)
+    image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")
+    # UPWELL_REGISTRY_ALLOWLIST: registries a pushed definition's image may come from (host names, comma-separated;
+    # '*' patterns allowed).
+    registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)
+    code_version: str = ""  # UPWELL_CODE_VERSION: the code version results record (else git describe)
+    image_digest: str = "local"  # UPWELL_IMAGE_DIGEST: the worker image digest results record
+    reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE: the reconciler timer (NCRONTAB, every 5 min)
     reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
     reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
     reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
@@ -142,7 +145,7 @@ class Settings:
     project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
     # UPWELL_BUDGETS: {"owner": {"lead@lab.org": 50}, "project": {"ocean": 500}}, USD per window
     budgets: dict = field(default_factory=dict)
-    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
+    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS: the window UPWELL_BUDGETS are spent over
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
     # UPWELL_ACCESS_SCOPE: the storage account's resource id that `upwell access` grants roles on (Azure);
     # empty: the local stack's roles file (UPWELL_ACCESS_FILE)
@@ -158,6 +161,8 @@ class Settings:
     # UPWELL_PROJECT_ROLES: which projects a signed-in caller may see and act on, by Entra app role or
     # group object id: {"ocean.members": ["ocean"], "<group id>": ["reef"], "upwell.operator": ["*"]}
     project_roles: dict = field(default_factory=dict)
+    cli_start_wait_s: int = 20  # UPWELL_CLI_START_WAIT_S: how long a command waits for a stack still starting
+    quarantine_max_rows: int = 100  # UPWELL_QUARANTINE_MAX_ROWS: bad rows a rejected CSV's .error.json lists
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -239,7 +244,8 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
-         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"))
+         ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"),
+         ("cli_start_wait_s", "UPWELL_CLI_START_WAIT_S"), ("quarantine_max_rows", "UPWELL_QUARANTINE_MAX_ROWS"))
 _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"), ("project_folders", "UPWELL_PROJECT_FOLDERS"))
 
 

@@ -129,16 +129,25 @@ def _operator(path: Path) -> str:
 
 
 @payload_app.command("list")
-def list_payloads(local: bool = typer.Option(False, "--local", help="built-in definitions only (no storage)")) -> None:
+def list_payloads(local: bool = typer.Option(False, "--local", help="built-in definitions only (no storage)"),
+                  as_json: bool = typer.Option(False, "--json", help="the definitions as one JSON list")) -> None:
     """List built-in and registered definitions: name, version, where, launcher, pool, params.
 
     Built-ins are listed even when storage cannot be read; the registered ones are then named as
     unread on stderr and the exit code is 1."""
-    builtin = _registry(local=True)
-    for loaded in builtin.list():
-        _echo_definition(loaded)
-    if local:
-        return
+    shown: list = []
+    show = shown.append if as_json else _echo_definition
+    try:
+        for loaded in _registry(local=True).list():
+            show(loaded)
+        if not local:
+            _list_registered(show)
+    finally:
+        if as_json:
+            typer.echo(json.dumps([_definition_row(loaded) for loaded in shown], indent=1, default=str))
+
+
+def _list_registered(show) -> None:
     try:
         registered = _registry(local=False)
         unreachable = _local_endpoint_down(registered.storage)
@@ -147,10 +156,17 @@ def list_payloads(local: bool = typer.Option(False, "--local", help="built-in de
                                  f"{names.CONNECTION} at the storage account")
         for loaded in registered.list():
             if not loaded.builtin:
-                _echo_definition(loaded)
+                show(loaded)
     except UpwellError as exc:
         typer.echo(f"registered definitions not read: {str(exc).splitlines()[0]}", err=True)
         raise typer.Exit(1) from None
+
+
+def _definition_row(loaded) -> dict:
+    d = loaded.definition
+    return {"name": d.name, "version": d.version, "where": "built-in" if loaded.builtin else "registered",
+            "launcher": d.launcher.kind, "pool": d.pool,
+            "params": {k: p.default for k, p in d.params.items()}}
 
 
 def _echo_definition(loaded) -> None:

@@ -16,6 +16,7 @@ from upwell import names
 from upwell.documents import archive_kind
 from upwell.errors import InputRejected, NotFound
 from upwell.ingest import manifests
+from upwell.ingest.badrows import collect as collect_bad_rows
 from upwell.ingest.blobnames import check_name
 from upwell.ingest.sharding import CsvOptions, shard_csv, shard_parquet
 from upwell.ingest.uploads import ShardUploads, prefetch
@@ -124,5 +125,12 @@ class InputSharder:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
+        try:
+            yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,
+                                 bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
+        except InputRejected as exc:  # a bad row: the .error.json lists every one, up to a limit
+            if exc.row and exc.field not in ("shard", "header", "document"):
+                exc.rows, exc.more_rows = collect_bad_rows(self.storage.chunks(path), source=path, columns=columns,
+                                                           options=options or CsvOptions(),
+                                                           limit=self.settings.quarantine_max_rows)
+            raise
