@@ -104,3 +104,13 @@ class PoolError(UpwellError):
         self.kind = kind
         self.retry_after = retry_after
         self.permanent = kind in (PoolErrorKind.QUOTA, PoolErrorKind.AUTH)
+
+
+class DeliveryFailed(UpwellError):
+    """A notification could not be delivered (upwell.after.notify): ``status`` the receiver's last HTTP
+    status, None when it never answered. Retried with backoff, then recorded on the job, never raised to
+    the job's own path."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
