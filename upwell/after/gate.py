@@ -43,7 +43,9 @@ def gate(ledger: Ledger, job: dict) -> Gate:
     if parent is None:
         return _wait(ledger, job, existing, "", f"waiting for job {ref!r}, which has not been submitted yet")
     _refuse_cycle(ledger, parent, me, name)
+    state.add_child(ledger, parent.job_id, me)
     if parent.status == JobState.SUCCEEDED:
+        job.update(after_parent_id=parent.job_id, chain_state="started")
         return Gate("go", parent.job_id)
     if parent.terminal or parent.status == JobState.CANCELLED:
         return _cancel(ledger, job, existing, parent)

@@ -77,3 +77,12 @@ def claim_events(ledger: Ledger, job_id: str, events: list[str]) -> list[str]:
 def set_fields(ledger: Ledger, job_id: str, **fields: Any) -> None:
     """Plain MERGE of after-job fields that no race can undo (a delivery's outcome, a chain's note)."""
     ledger.update_job(job_id, **fields)
+
+
+def add_child(ledger: Ledger, parent_id: str, child_id: str) -> None:
+    """Note on the parent that ``child_id`` waits on it or started after it (``upwell status`` shows the chain)."""
+    def change(row: JobRow) -> dict[str, Any] | None:
+        children = [c for c in field(row, "chain_children").split(",") if c]
+        return None if child_id in children else {"chain_children": ",".join([*children, child_id])[:30000]}
+
+    ledger.change_job(parent_id, change)
