@@ -1,5 +1,5 @@
 """The heat sweep's reduce: the observed order of accuracy, a least-squares fit of log(L2 error) against
-log(grid spacing h = 1/(nx-1)) over every succeeded shard of the sweep, and its log-log plot.
+log(grid spacing h = 1/(nx+1), nx interior points) over every succeeded shard of the sweep, and its log-log plot.
 
 Run by the ``heat-order`` definition (payloads/heat-order.yaml) as
 ``python -m workers.payloads.heat_order --input <folder of result JSONs> --out <folder>``. Writes
@@ -33,7 +33,7 @@ def points(folder: Path) -> list[tuple[float, float]]:
         nx = (doc.get("params") or {}).get("nx")
         err = (doc.get("metrics") or {}).get("l2_error")
         if isinstance(nx, int | float) and nx > 1 and isinstance(err, int | float) and err > 0:
-            out.append((1.0 / (float(nx) - 1.0), float(err)))
+            out.append((1.0 / (float(nx) + 1.0), float(err)))
     return sorted(out)
 
 
