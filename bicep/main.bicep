@@ -238,6 +238,7 @@ var registryName = 'crupwell${token}'
 var keyVaultName = 'kv-upw-${toLower(uniqueString(subscriptionResourceId('Microsoft.Resources/resourceGroups', rgName), environmentName))}'
 var batchAccountName = 'baupw${token}'
 var systemTopicName = 'evgt-upwell-${token}'
+var jobEventsTopicName = 'evgt-upwell-jobs-${token}'
 var vnetName = 'vnet-upwell-${token}'
 // The scaler names a pool's scale sets <scale_set> (regular) and <scale_set>-spot.
 var vmssBaseName = 'vmss-upwell-${token}'
@@ -371,6 +372,7 @@ module keyVault 'modules/keyvault.bicep' = {
     tags: tags
     recover: keyVaultRecover
     batchServicePrincipalObjectId: assignBatchServiceRoles ? batchServicePrincipalObjectId : ''
+    functionPrincipalId: identity.outputs.functionPrincipalId
   }
 }
 
@@ -600,6 +602,20 @@ var functionAppSettings = {
   UPWELL_WORKER_IDENTITY_ID: identity.outputs.workerIdentityId
   UPWELL_WORKER_IMAGE_CPU: mpiImage
   UPWELL_WORKER_IMAGE_GPU: gpuImage
+  // Job events (upwell.after.notify) go to the custom topic; webhook secrets are read from the vault by name.
+  UPWELL_EVENTGRID_ENDPOINT: jobEvents.outputs.endpoint
+  UPWELL_KEY_VAULT_URL: keyVault.outputs.uri
+}
+
+module jobEvents 'modules/jobevents.bicep' = {
+  name: 'jobevents'
+  scope: rg
+  params: {
+    name: jobEventsTopicName
+    location: location
+    tags: tags
+    functionPrincipalId: identity.outputs.functionPrincipalId
+  }
 }
 
 module functionApp 'modules/functionapp.bicep' = {

@@ -6,14 +6,14 @@ starts (signed CloudEvents; 500 three times then 200; a receiver that never answ
 from __future__ import annotations
 
 import json
+import re
 import threading
 from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-from tests.pipeline_helpers import REPO, pipeline_env, running_host, wait_for, wait_reported
+from tests.pipeline_helpers import POOLS, REPO, pipeline_env, running_host, wait_for, wait_reported
 from upwell import names
 from upwell.after import cloudevents, hook, webhook
 from upwell.errors import InputRejected
@@ -118,11 +118,30 @@ def stack(azurite, tmp_path_factory):
     receiver = Receiver()
     with ExitStack() as stack, pytest.MonkeyPatch.context() as mp:
         stack.callback(receiver.close)
-        pipeline_env(mp, azurite.connection_string, state, UPWELL_SECRETS_DIR=str(state / "secrets"),
+        pools = {**POOLS, "cpu": {**POOLS["cpu"], "max_nodes": 4}, "mpi": {**POOLS["mpi"], "max_nodes": 2}}
+        pipeline_env(mp, azurite.connection_string, state, UPWELL_POOLS=json.dumps(pools),
+                     UPWELL_SECRETS_DIR=str(state / "secrets"),
                      UPWELL_NOTIFY_ATTEMPTS="4", UPWELL_NOTIFY_BACKOFF_S="0.05", UPWELL_NOTIFY_TIMEOUT_S="0.5",
                      UPWELL_RETRY_BACKOFF_S="0.1")
         stack.enter_context(running_host(azurite.connection_string, state))
-        yield store, receiver
+        yield store, receiver, submit(store, receiver)
+
+
+def submit(store: Storage, receiver: Receiver) -> dict[str, str]:
+    """Every job of the module, uploaded at once so that they run side by side; name -> job id."""
+    sample = (REPO / "samples" / "heat-sweep" / "job.yaml").read_text()
+    assert "reduce:" in sample and "heat-order" in sample  # the sample itself names its reduce
+    # four of its six grids: the fit is as good (1.95; 1.97 with six) in less time
+    sample = sample.replace("nx: [16, 24, 32, 48, 64, 128]", "nx: [16, 24, 32, 48]")
+    jobs = {"heat": upload(store, "after/heat/job.yaml", sample),
+            "broken": upload(store, "after/broken/job.yaml",
+                             f"name: broken analysis\n{QUICK}reduce: {{payload: broken-reduce}}\n"),
+            "b": upload(store, "after/chain-b/job.yaml", "name: chain b\npayload: count-results\nafter: chain a\n")}
+    jobs["fail-a"] = upload(store, "after/fail-a/job.yaml", "name: failing a\npayload: always-fails\n")
+    jobs["fail-b"] = upload(store, "after/fail-b/job.yaml", f"name: after failing a\n{QUICK}after: {jobs['fail-a']}\n")
+    for key, path in (("ok0", "/ok"), ("ok1", "/ok"), ("flaky", "/flaky"), ("hang", "/hang")):
+        jobs[key] = notified(store, path, receiver, f"notify {key}")
+    return jobs
 
 
 def upload(store: Storage, name: str, text: str) -> str:
@@ -130,7 +149,7 @@ def upload(store: Storage, name: str, text: str) -> str:
     return job_id_for(name, etag)
 
 
-def analysed(store: Storage, job_id: str, timeout: float = 120.0):
+def analysed(store: Storage, job_id: str, timeout: float = 180.0):
     """The job row once its analysis has ended and the report shows it."""
     ledger = Ledger(store)
 
@@ -145,18 +164,16 @@ def analysed(store: Storage, job_id: str, timeout: float = 120.0):
 
 
 def test_heat_sweep_report_shows_fitted_order_and_plot_and_a_duplicate_done_runs_it_once(stack):
-    store, _ = stack
-    sample = (REPO / "samples" / "heat-sweep" / "job.yaml").read_text()
-    assert "reduce:" in sample and "heat-order" in sample  # the sample itself names its reduce
-    job_id = upload(store, "after/heat/job.yaml", sample)
-    job = analysed(store, job_id, 180)
+    store, _, jobs = stack
+    job_id = jobs["heat"]
+    job = analysed(store, job_id)
     assert job.status == "succeeded" and job.extra["analysis_state"] == "succeeded", job.extra
     summary = json.loads(store.read(f"reports/{job_id}/summary.json"))
     order = summary["analysis"]["metrics"]["order"]
-    assert abs(order - 2.0) <= 0.1 and summary["analysis"]["metrics"]["points"] == 6
+    assert abs(order - 2.0) <= 0.1 and summary["analysis"]["metrics"]["points"] == 4
     html = store.read(f"reports/{job_id}/index.html").decode()
-    assert "<h2>Analysis</h2>" in html or ">Analysis<" in html
-    assert f"{order}" in html and "convergence.png (from the analysis)" in html
+    assert ">Analysis<" in html and "convergence.png (from the analysis)" in html
+    assert re.search(r">order<.{0,80}>" + re.escape(f"{order:.4g}")[:4], html, re.S), "the order in the table"
     assert any(f.startswith("figures/analysis") for f in summary["figures"])
     # A duplicate "done": the host's report message again, and the transition run again on a stale row.
     ledger = Ledger(store)
@@ -171,8 +188,8 @@ def test_heat_sweep_report_shows_fitted_order_and_plot_and_a_duplicate_done_runs
 
 
 def test_failed_reduce_keeps_results_and_report_then_rerun_reduce_succeeds(stack):
-    store, _ = stack
-    job_id = upload(store, "after/broken/job.yaml", f"name: broken analysis\n{QUICK}reduce: {{payload: broken-reduce}}\n")
+    store, _, jobs = stack
+    job_id = jobs["broken"]
     job = analysed(store, job_id)
     assert job.status == "succeeded" and job.extra["analysis_state"] == "failed"
     results = sorted(b.name for b in store.list(names.RESULTS, f"{job_id}/"))
@@ -195,8 +212,8 @@ def test_failed_reduce_keeps_results_and_report_then_rerun_reduce_succeeds(stack
 
 
 def test_chain_a_then_b_each_reported_once_b_reads_a_results(stack):
-    store, _ = stack
-    b_id = upload(store, "after/chain-b/job.yaml", "name: chain b\npayload: count-results\nafter: chain a\n")
+    store, _, jobs = stack
+    b_id = jobs["b"]
     ledger = Ledger(store)
     assert wait_for(lambda: (j := ledger.job(b_id)) and j.status == "waiting" and j, 30, "b waiting")
     a_id = upload(store, "after/chain-a/job.yaml", f"name: chain a\n{QUICK}")
@@ -212,9 +229,8 @@ def test_chain_a_then_b_each_reported_once_b_reads_a_results(stack):
 
 
 def test_failed_parent_cancels_the_waiting_child_with_the_reason(stack):
-    store, _ = stack
-    a_id = upload(store, "after/fail-a/job.yaml", "name: failing a\npayload: always-fails\n")
-    b_id = upload(store, "after/fail-b/job.yaml", f"name: after failing a\n{QUICK}after: {a_id}\n")
+    store, _, jobs = stack
+    a_id, b_id = jobs["fail-a"], jobs["fail-b"]
     a = wait_reported(store, a_id)
     assert a.status == "failed"
     ledger = Ledger(store)
@@ -224,7 +240,7 @@ def test_failed_parent_cancels_the_waiting_child_with_the_reason(stack):
 
 
 def test_a_cycle_is_refused_at_submit(stack):
-    store, _ = stack
+    store, _, _ = stack
     ingestor = Ingestor(store, Settings.from_env())
     store.blob(names.INCOMING, "after/cyc-x/job.yaml").upload_blob(
         f"name: cycle x\n{QUICK}after: cycle y\n".encode(), overwrite=True)
@@ -245,17 +261,21 @@ def test_a_cycle_is_refused_at_submit(stack):
 
 def notified(store: Storage, path: str, receiver: Receiver, name: str) -> str:
     text = (f"name: {name}\n{QUICK}"
-            f"notify: {{on: [completed, failed], webhook: {{url: '{receiver.url}{path}', secret: lab-hook}}}}\n")
+            f"notify: {{events: [completed, failed], webhook: {{url: '{receiver.url}{path}', secret: lab-hook}}}}\n")
     return upload(store, f"after/{name.replace(' ', '-')}/job.yaml", text)
 
 
+def delivered(ledger: Ledger, job_id: str) -> bool:
+    job = ledger.job(job_id)
+    return job is not None and "completed" in str(job.extra.get("notify_delivered") or "")
+
+
 def test_receiver_gets_one_signed_completed_cloudevent_per_job(stack):
-    store, receiver = stack
-    ids = [notified(store, "/ok", receiver, f"notify ok {i}") for i in range(2)]
+    store, receiver, jobs = stack
+    ids = [jobs["ok0"], jobs["ok1"]]
     ledger = Ledger(store)
     for job_id in ids:
-        wait_for(lambda j=job_id: "completed" in (ledger.job(j).extra.get("notify_delivered") or ""), 60,
-                 f"{job_id} delivered")
+        wait_for(lambda j=job_id: delivered(ledger, j), 120, f"{job_id} delivered")
         job = ledger.job(job_id)
         hook.job_done(store, ledger, job, Settings.from_env())  # a duplicate "done" sends nothing more
     events = [json.loads(body) for _, body in receiver.at("/ok")]
@@ -272,20 +292,21 @@ def test_receiver_gets_one_signed_completed_cloudevent_per_job(stack):
 
 
 def test_receiver_failing_three_times_then_ok_gets_it_delivered_once(stack):
-    store, receiver = stack
-    job_id = notified(store, "/flaky", receiver, "notify flaky")
+    store, receiver, jobs = stack
+    job_id = jobs["flaky"]
     ledger = Ledger(store)
-    wait_for(lambda: "completed" in (ledger.job(job_id).extra.get("notify_delivered") or ""), 60, "delivered")
+    wait_for(lambda: delivered(ledger, job_id), 120, "delivered")
     tries = receiver.at("/flaky")
     assert len(tries) == 4 and len({b for _, b in tries}) == 1  # the same event, the fourth taken
     assert not ledger.job(job_id).extra.get("notify_failed")
 
 
 def test_receiver_that_never_answers_leaves_notification_failed_and_nothing_else(stack):
-    store, receiver = stack
-    job_id = notified(store, "/hang", receiver, "notify hang")
+    store, receiver, jobs = stack
+    job_id = jobs["hang"]
     ledger = Ledger(store)
-    job = wait_for(lambda: (j := ledger.job(job_id)).extra.get("notify_failed") and j, 60, "notification failed")
+    job = wait_for(lambda: (j := ledger.job(job_id)) is not None and j.extra.get("notify_failed") and j, 120,
+                   "notification failed")
     assert job.extra["notify_failed"].startswith("notification failed: completed")
     assert "no answer within 0.5 s after 4 tries" in job.extra["notify_failed"]
     assert len(receiver.at("/hang")) == 4

@@ -40,7 +40,7 @@ def enqueue(storage: Storage, ledger: Ledger, job: JobRow, ask: NotifySpec | Non
     ``notify_sent`` under its ETag); the events queued by this call."""
     if ask is None:
         return []
-    wanted = [e for e in events_for(job) if e in ask.on]
+    wanted = [e for e in events_for(job) if e in ask.events]
     queued = state.claim_events(ledger, job.job_id, wanted) if wanted else []
     for event in queued:
         storage.send(names.NOTIFY_QUEUE, json.dumps({"job_id": job.job_id, "event": event}))

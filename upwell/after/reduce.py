@@ -75,8 +75,10 @@ def start(storage: Storage, settings: Settings, ledger: Ledger, parent: JobRow, 
         pool = spec.pool or loaded.definition.pool
         acceptor = JobAcceptor(storage, settings, ledger)
         acceptor.check_pool(pool, "reduce.pool")
-        m = Manifest(name=f"{parent.name or parent.job_id}: analysis", payload=loaded.definition.name,
-                     owner=parent.owner, project=parent.project, spot=parent.spot)
+        m = Manifest.model_validate({"name": f"{parent.name or parent.job_id}: analysis"[:200],
+                                     "payload": loaded.definition.name, "owner": parent.owner,
+                                     "project": parent.project, "spot": parent.spot},
+                                    context={"payloads": [loaded.definition.name]})
         job = acceptor.job_row(reduce_id, "", SimpleNamespace(etag="", metadata={}), m, pool,
                                "sha256:" + hashlib.sha256(spec.model_dump_json().encode()).hexdigest(), loaded)
         job.update(source_blob="", reduce_of=parent.job_id)

@@ -49,7 +49,7 @@ class Webhook(_Strict):
 class NotifySpec(_Strict):
     """Which events to send, and where: a signed webhook, and (where configured) the Event Grid topic."""
 
-    on: list[Event] = Field(default_factory=lambda: ["completed", "failed"], min_length=1)
+    events: list[Event] = Field(default_factory=lambda: ["completed", "failed"], min_length=1)
     webhook: Webhook | None = None
     eventgrid: bool = True
 

@@ -31,7 +31,7 @@ def after_view(ledger: Ledger, job: JobRow) -> dict:
         lines.append(f"analysis: {shown} ({out['analysis']['job']})"
                      + (f": {out['analysis']['error'][:200]}" if out["analysis"]["error"] else ""))
     if ask.notify is not None:
-        out["notify"] = {"on": list(ask.notify.on), "sent": state.field(job, "notify_sent"),
+        out["notify"] = {"events": list(ask.notify.events), "sent": state.field(job, "notify_sent"),
                          "delivered": state.field(job, "notify_delivered"), "failed": state.field(job, "notify_failed")}
         if out["notify"]["failed"]:
             lines.append(out["notify"]["failed"][:300])

@@ -70,7 +70,7 @@ class Manifest(BaseModel):
     project: str = Field("", max_length=200)  # else UPWELL_PROJECT
     max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)  # the job's kill switch
     max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)  # one attempt's
-    after: str = Field("", pattern=r"^$|" + JOB_REF[1:])  # start when this job (id or name) succeeds (upwell.after)
+    after: str = Field("", pattern=r"^(|" + JOB_REF[1:-1] + r")$")  # start once that job (id or name) succeeds
     reduce: ReduceSpec | None = None  # the job's own analysis, run once after its last shard (upwell.after)
     notify: NotifySpec | None = None  # whom to tell about completed, failed ... (upwell.after.notify)
 
