@@ -13,9 +13,9 @@ import json
 
 from upwell import logs, names
 from upwell.after import eventgrid, secrets, state, webhook
-from upwell.after.cloudevents import job_event
+from upwell.after.cloudevents import job_event, problems
 from upwell.after.spec import NotifySpec, of_job
-from upwell.errors import ConfigError, DeliveryFailed
+from upwell.errors import ConfigError, DeliveryFailed, UpwellError
 from upwell.ledger import JobState, Ledger
 from upwell.rows import JobRow
 from upwell.settings import Settings
@@ -66,7 +66,9 @@ def deliver(storage: Storage, settings: Settings, job_id: str, event: str, ledge
     if job is None or ask is None:
         return False
     ce = job_event(event, job_id, job.project, summary(job))
-    failed = [f for f in (_webhook(ask, ce, settings), _eventgrid(ask, ce, settings)) if f]
+    broken = problems(ce)  # never sent: a receiver, and Event Grid, would refuse it anyway
+    failed = [f"not a CloudEvent: {'; '.join(broken)}"] if broken else \
+        [f for f in (_webhook(ask, ce, settings), _eventgrid(ask, ce, settings)) if f]
     bound = log.bind(job_id=job_id, event=event)
     if failed:
         bound.warning("notify.failed", error="; ".join(failed)[:500])
@@ -99,3 +101,25 @@ def _eventgrid(ask: NotifySpec, event: dict, settings: Settings) -> str:
     except DeliveryFailed as exc:
         return f"Event Grid {str(exc)[:400]}"
     return ""
+
+
+def quarantined(storage: Storage, ledger: Ledger, job_id: str, name: str) -> list[str]:
+    """A manifest was refused and quarantined: if its ``notify:`` block alone still reads as valid (the
+    manifest may be bad elsewhere), record it on the rejected job and queue ``quarantined``; the events
+    queued. Best effort: a notification never changes what the ingest did."""
+    from upwell.documents import parse_document
+    from upwell.ingest.blobnames import is_manifest
+
+    job = ledger.job(job_id)
+    if not is_manifest(name) or job is None or not job.quarantine_blob:
+        return []
+    try:  # the copy in quarantine/: the original is gone by now
+        doc = parse_document(storage.read(job.quarantine_blob), name)
+        ask = NotifySpec.model_validate(doc.get("notify")) if isinstance(doc.get("notify"), dict) else None
+        if ask is None:
+            return []
+        state.set_fields(ledger, job_id, after_notify=ask.model_dump_json())
+        return enqueue(storage, ledger, job, ask)
+    except (UpwellError, ValueError) as exc:  # an unreadable manifest has asked for nothing we can read
+        log.info("notify.quarantine_unread", job_id=job_id, error=str(exc)[:200])
+        return []

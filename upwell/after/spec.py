@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from upwell.rows import JobRow
 
-EVENTS = ("completed", "failed", "budget_exceeded", "quarantined")
 Event = Literal["completed", "failed", "budget_exceeded", "quarantined"]
 JOB_REF = r"^[A-Za-z0-9][A-Za-z0-9 ._:-]{0,199}$"  # a job id or a job's name
 

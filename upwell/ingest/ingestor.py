@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from upwell import logs, names
+from upwell.after import notify as after_notify
 from upwell.after import spec as after_spec
 from upwell.after.gate import gate
 from upwell.errors import IngestLeased, InputRejected, NotFound
@@ -109,6 +110,7 @@ class Ingestor:
             exc.source = exc.source or f"{names.INCOMING}/{name}"
             quarantine(self.storage, self.ledger, job_id, name, props.etag, exc)
             bound.warning("ingest.rejected", error=exc.message, field=exc.field, row=exc.row)
+            after_notify.quarantined(self.storage, self.ledger, job_id, name)  # if it asked to be told
             return Outcome(job_id, "rejected", message=exc.message)
 
     @staticmethod
