@@ -196,6 +196,8 @@ var queueNames = [
   'work-mpi-poison'
   'work-gpu-poison'
   'report-poison'
+  'notify'
+  'notify-poison'
 ]
 var tableNames = [
   'jobs'

@@ -28,7 +28,7 @@ from upwell.results.status import job_status
 from upwell.settings import Settings
 from upwell.storage import Storage
 
-pytestmark = pytest.mark.afterjob
+pytestmark = [pytest.mark.afterjob, pytest.mark.timeout(600)]  # one stack, every job at once; slow on a loaded machine
 SECRET = b"lab-webhook-secret-1"
 IMAGE = "upwell.azurecr.io/lab@sha256:" + "ab" * 32
 QUICK = "payload: logistic\nparams: {steps: 200, burn_in: 10, sleep_s: 0}\ngrid: {r: [3.1, 3.5]}\n"
