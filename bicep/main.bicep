@@ -609,8 +609,8 @@ var functionAppSettings = {
   UPWELL_KEY_VAULT_URL: keyVault.outputs.uri
 }
 
-module jobEvents 'modules/jobevents.bicep' = {
-  name: 'jobevents'
+module jobEvents 'modules/jobtopic.bicep' = {
+  name: 'jobtopic'
   scope: rg
   params: {
     name: jobEventsTopicName
