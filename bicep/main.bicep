@@ -199,6 +199,8 @@ var queueNames = [
   'work-mpi-poison'
   'work-gpu-poison'
   'report-poison'
+  'notify'
+  'notify-poison'
 ]
 var tableNames = [
   'jobs'
@@ -241,6 +243,7 @@ var registryName = 'crupwell${token}'
 var keyVaultName = 'kv-upw-${toLower(uniqueString(subscriptionResourceId('Microsoft.Resources/resourceGroups', rgName), environmentName))}'
 var batchAccountName = 'baupw${token}'
 var systemTopicName = 'evgt-upwell-${token}'
+var jobEventsTopicName = 'evgt-upwell-jobs-${token}'
 var vnetName = 'vnet-upwell-${token}'
 // The scaler names a pool's scale sets <scale_set> (regular) and <scale_set>-spot.
 var vmssBaseName = 'vmss-upwell-${token}'
@@ -374,6 +377,7 @@ module keyVault 'modules/keyvault.bicep' = {
     tags: tags
     recover: keyVaultRecover
     batchServicePrincipalObjectId: assignBatchServiceRoles ? batchServicePrincipalObjectId : ''
+    functionPrincipalId: identity.outputs.functionPrincipalId
   }
 }
 
@@ -606,6 +610,20 @@ var functionAppSettings = {
   // A job's project is the folder it is uploaded to (incoming/<project>/), as the uploaders' ABAC role
   // conditions are (`upwell access grant`, docs/access.md); a manifest naming another project is refused.
   UPWELL_PROJECT_FOLDERS: 'true'
+  // Job events (upwell.after.notify) go to the custom topic; webhook secrets are read from the vault by name.
+  UPWELL_EVENTGRID_ENDPOINT: jobEvents.outputs.endpoint
+  UPWELL_KEY_VAULT_URL: keyVault.outputs.uri
+}
+
+module jobEvents 'modules/jobtopic.bicep' = {
+  name: 'jobtopic'
+  scope: rg
+  params: {
+    name: jobEventsTopicName
+    location: location
+    tags: tags
+    functionPrincipalId: identity.outputs.functionPrincipalId
+  }
 }
 
 module functionApp 'modules/functionapp.bicep' = {

@@ -136,3 +136,13 @@ class StackUnreachable(UpwellError):
     is still starting past the bounded wait. The message is one line naming what and how to start it."""
 
     permanent = False
+
+
+class DeliveryFailed(UpwellError):
+    """A notification could not be delivered (upwell.after.notify): ``status`` the receiver's last HTTP
+    status, None when it never answered. Retried with backoff, then recorded on the job, never raised to
+    the job's own path."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status

@@ -39,6 +39,9 @@ class WorkItem:
     payload_version: str = ""  # the definition's version that ingest validated the params against
     payload_sha256: str = ""  # and its content hash: a worker runs exactly that definition
     project: str = ""  # the job's project: what the worker writes for it carries the index tag project=<name>
+    # an input_blob ending in "/" is a folder (a reduce's results/<job>/): every <shard>.json in it, and of each
+    # shard's artifacts those matching one of these globs (upwell.after.reduce, workers.staging)
+    input_select: list[str] = field(default_factory=list)
     schema: int = SCHEMA_VERSION
 
     @property

@@ -45,7 +45,13 @@ def python() -> str:
 
 
 def sha256_file(path: Path) -> str:
+    """The sha256 of a file; of a folder input (a reduce's results), the sha256 over its files' relative
+    paths and their own sha256s, in path order."""
     h = hashlib.sha256()
+    if Path(path).is_dir():
+        for f in sorted(p for p in Path(path).rglob("*") if p.is_file()):
+            h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+        return h.hexdigest()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)

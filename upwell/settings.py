@@ -163,6 +163,12 @@ class Settings:
     project_roles: dict = field(default_factory=dict)
     cli_start_wait_s: int = 20  # UPWELL_CLI_START_WAIT_S: how long a command waits for a stack still starting
     quarantine_max_rows: int = 100  # UPWELL_QUARANTINE_MAX_ROWS: bad rows a rejected CSV's .error.json lists
+    notify_attempts: int = 5  # UPWELL_NOTIFY_ATTEMPTS: tries of one notification before it is recorded failed
+    notify_backoff_s: float = 2.0  # UPWELL_NOTIFY_BACKOFF_S: wait before the 2nd try, doubling each time after
+    notify_timeout_s: float = 10.0  # UPWELL_NOTIFY_TIMEOUT_S: how long one webhook try waits for an answer
+    secrets_dir: str = ""  # UPWELL_SECRETS_DIR: local folder of webhook secrets, one file per secret name
+    key_vault_url: str = ""  # UPWELL_KEY_VAULT_URL: Key Vault holding webhook secrets by name (Azure)
+    eventgrid_endpoint: str = ""  # UPWELL_EVENTGRID_ENDPOINT: the custom topic job events go to (Azure)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -188,6 +194,7 @@ class Settings:
                                              if s.strip())
         kw.update(cost_settings(env))
         kw.update(access_settings(env))
+        kw.update(after_settings(env))
         return cls(**kw)
 
 
@@ -200,6 +207,21 @@ def cost_settings(env: Mapping[str, str]) -> dict[str, Any]:
         kw["budgets"] = _budgets(env["UPWELL_BUDGETS"])
     if env.get("UPWELL_BUDGET_WINDOW_DAYS"):
         kw["budget_window_days"] = env_float(env, "UPWELL_BUDGET_WINDOW_DAYS", 30.0, minimum=0)
+    return kw
+
+
+def after_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The notification settings (upwell.after), where set."""
+    kw: dict[str, Any] = {}
+    if env.get("UPWELL_NOTIFY_ATTEMPTS"):
+        kw["notify_attempts"] = env_int(env, "UPWELL_NOTIFY_ATTEMPTS", 5, minimum=1)
+    for name, var in (("notify_backoff_s", "UPWELL_NOTIFY_BACKOFF_S"), ("notify_timeout_s", "UPWELL_NOTIFY_TIMEOUT_S")):
+        if env.get(var):
+            kw[name] = env_float(env, var, 0.0, minimum=0)
+    for name, var in (("secrets_dir", "UPWELL_SECRETS_DIR"), ("key_vault_url", "UPWELL_KEY_VAULT_URL"),
+                      ("eventgrid_endpoint", "UPWELL_EVENTGRID_ENDPOINT")):
+        if env.get(var):
+            kw[name] = env[var]
     return kw
 
 

@@ -197,7 +197,9 @@ def _write_inputs(d: Definition, workdir: Path, values: dict[str, str], input_pa
     if input_path is not None:
         dest = workdir / d.input.path
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if Path(input_path).resolve() != dest.resolve():
+        if Path(input_path).is_dir():  # a folder input (a reduce's results): the folder is the input
+            shutil.copytree(input_path, dest, dirs_exist_ok=True)
+        elif Path(input_path).resolve() != dest.resolve():
             shutil.copy2(input_path, dest)
 
 

@@ -1,6 +1,7 @@
 """Staging: an attempt's files between storage and the node's scratch folder.
 
-In: the shard's input blob, and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may
+In: the shard's input blob (or a folder of them: a reduce's results, ``stage_folder``), and the kept
+checkpoint files (``checkpoints/<job>/<shard>/``) when one may
 exist (``may_resume``). Out: the checkpoint files an attempt wrote (preempted, cancelled or succeeded),
 the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names leaves its work
 dir, and every name is made one harmless segment (``safe_name``), so a hostile output or checkpoint name
@@ -9,6 +10,7 @@ cannot write outside the shard's prefix.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 import tempfile
@@ -49,10 +51,29 @@ class Staging:
         """The shard's input blob under root/input/; None when the item has none."""
         if not item.input_blob:
             return None
+        if item.input_blob.endswith("/"):
+            return self.stage_folder(item, root / "input")
         dest = root / "input" / Path(item.input_blob).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "wb") as fh:
             self.storage.download(item.input_blob, fh)
+        return dest
+
+    def stage_folder(self, item: WorkItem, dest: Path) -> Path:
+        """A folder input (a reduce's ``results/<job>/``) into ``dest``: every ``<shard>.json`` directly under
+        the prefix, and each ``<shard>/<artifact>`` whose name matches one of ``item.input_select``."""
+        container, prefix = item.input_blob.split("/", 1)
+        dest.mkdir(parents=True, exist_ok=True)
+        for b in self.storage.list(container, prefix):
+            parts = b.name[len(prefix):].split("/")
+            wanted = (len(parts) == 1 and parts[0].endswith(".json")) or \
+                (len(parts) == 2 and any(fnmatch.fnmatchcase(parts[1], g) for g in item.input_select))
+            path = _inside(dest, "/".join(parts)) if wanted else None
+            if path is None:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                self.storage.download(f"{container}/{b.name}", fh)
         return dest
 
     def checkpoint_in(self, item: WorkItem, root: Path) -> Path | None:

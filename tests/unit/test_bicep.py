@@ -146,6 +146,8 @@ BUILT_IN_ROLES = {
     "b86a8fe4-44ce-4948-aee5-eccb2c155cd7": "Key Vault Secrets Officer",
     "a35466a1-cfd6-450a-b35e-683fcdf30363": "Azure Batch Service Orchestration Role",
     "acdd72a7-3385-48ef-bd42-f606fba81ae7": "Reader",
+    "d5a91429-5739-47e2-a06b-3470a27159e7": "EventGrid Data Sender",
+    "4633458b-17de-408a-b874-0445c86b69e6": "Key Vault Secrets User",
 }
 
 

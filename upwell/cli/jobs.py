@@ -63,15 +63,23 @@ def cancel(job: str = typer.Argument(..., help="job id, name or upload path"),
 def rerun(job: str = typer.Argument(..., help="job id, name or upload path"),
           failed: bool = typer.Option(False, "--failed", help="only the failed shards"),
           shard: list[str] = typer.Option(None, "--shard", help="this shard (repeatable)"),
-          everything: bool = typer.Option(False, "--all", help="every shard, the succeeded ones too")) -> None:
+          everything: bool = typer.Option(False, "--all", help="every shard, the succeeded ones too"),
+          reduce: bool = typer.Option(False, "--reduce", help="only the job's reduce step (its analysis)")) -> None:
     """Re-run a job's shards: by default every one that did not succeed (failed or cancelled)."""
-    from upwell.lifecycle.rerun import rerun_job
+    from upwell.lifecycle.rerun import rerun_job, rerun_reduce
 
-    if sum(map(bool, (failed, shard, everything))) > 1:
-        err.print("[red]give one of --failed, --shard, --all[/]")
+    if sum(map(bool, (failed, shard, everything, reduce))) > 1:
+        err.print("[red]give one of --failed, --shard, --all, --reduce[/]")
         raise typer.Exit(2)
     storage = open_storage()
     job_id = resolve(storage, job)
+    if reduce:
+        try:
+            started = rerun_reduce(storage, job_id)
+        except UpwellError as exc:
+            _fail(exc)
+        console.print(f"re-running the analysis of {job_id} as {started}", soft_wrap=True, markup=False)
+        return
     try:
         again = rerun_job(storage, job_id, failed=failed, shard_ids=shard or None, everything=everything)
     except UpwellError as exc:

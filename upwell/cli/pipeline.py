@@ -271,6 +271,8 @@ def _print_job(st: dict) -> None:
         console.print(f"  [red]failed {f['shard']}[/]: {f['error']}")
     if st.get("quarantine_blob"):
         console.print(f"  quarantined as {st['quarantine_blob']} (see its .error.json)")
+    for line in st.get("after_lines", []):  # the chain, the analysis, a failed notification (upwell.after)
+        console.print(f"  {line}", soft_wrap=True, markup=False)
 
 
 def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:

@@ -70,9 +70,10 @@ class JobAcceptor:
                 "code_version": self.settings.code_version}
 
     def accept(self, job: dict, shards: list[tuple], spec, resources, bound,
-               history: Future | None = None) -> int:
+               history: Future | None = None, select: tuple[str, ...] = ()) -> int:
         """Check, record and enqueue the job's ``shards``; returns how many were enqueued. ``history``: the
-        node time learned from earlier results, already asked for (else read here)."""
+        node time learned from earlier results, already asked for (else read here). ``select``: the artifact
+        globs staged with a folder input (a reduce's, upwell.after.reduce)."""
         job_id = job["job_id"]
         if not shards:
             raise InputRejected("the job has no shards", field="grid")
@@ -91,7 +92,7 @@ class JobAcceptor:
                           input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe,
-                          project=job["project"])
+                          project=job["project"], input_select=list(select))
                  for sid, params, blob, _ in shards]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
         lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)

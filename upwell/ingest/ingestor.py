@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 from upwell import logs, names
 from upwell.access.tags import folder_project
+from upwell.after import notify as after_notify
+from upwell.after import spec as after_spec
+from upwell.after.gate import gate
 from upwell.errors import IngestLeased, InputRejected, NotFound
 from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
@@ -108,6 +111,7 @@ class Ingestor:
             quarantine(self.storage.for_project(folder_project(name) or self.settings.project), self.ledger,
                        job_id, name, props.etag, exc)
             bound.warning("ingest.rejected", error=exc.message, field=exc.field, row=exc.row)
+            after_notify.quarantined(self.storage, self.ledger, job_id, name)  # if it asked to be told
             return Outcome(job_id, "rejected", message=exc.message)
 
     @staticmethod
@@ -127,6 +131,10 @@ class Ingestor:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
         job = self.acceptor.job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
+        job.update(after_spec.row_fields(m.after, m.reduce, m.notify))
+        chained = gate(self.ledger, job)  # after: <job>: go with its results, wait for it, or cancelled
+        if chained.kind != "go":
+            return Outcome(job_id, chained.kind, message=chained.message)
         missing = [ref for ref in m.data if not data_exists(self.storage, name, ref)]
         if missing:
             message = wait_for_data(self.ledger, self.settings, job, props, m, missing, bound)
@@ -136,7 +144,8 @@ class Ingestor:
         else:
             points = manifests.grid_points(m, self.settings.max_shards, self.settings.max_param_bytes,
                                            spec.definition)
-            shards = [(f"s{i:05d}", p, None, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
+            folder = f"{names.RESULTS}/{chained.parent}/" if chained.parent else None  # the parent's results
+            shards = [(f"s{i:05d}", p, folder, hashlib.sha256(json.dumps(p, sort_keys=True).encode()).hexdigest())
                       for i, p in enumerate(points)]
         count = self.acceptor.accept(job, shards, spec, self._resources(m, spec.definition), bound)
         return Outcome(job_id, "accepted", count)
@@ -182,6 +191,7 @@ class Ingestor:
                                max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
         job = self.acceptor.job_row(job_id, name, props, m, pool,
                                     manifests.manifest_hash(rule.model_dump_json().encode()), spec)
+        job.update(after_spec.row_fields(None, None, rule.notify))
         # the node-time history is read while the file is parsed
         history = reads.submit(self.acceptor.history, job) if reads is not None else None
         shards = self._sharder(job).instrument(job_id, name, rule, opened)

@@ -13,6 +13,7 @@ from upwell import logs, names
 from upwell.errors import UpwellError
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
+from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
@@ -91,3 +92,11 @@ def _forget_result(storage: Storage, job_id: str, shard_id: str, *, keep_checkpo
     delete_prefix(storage, names.RESULTS, f"{job_id}/{shard_id}.json", exact=True)
     if not keep_checkpoint:
         delete_prefix(storage, names.CHECKPOINTS, f"{job_id}/{shard_id}/")
+
+
+def rerun_reduce(storage: Storage, job_id: str, settings: Settings | None = None) -> str:
+    """Run the job's reduce step alone again (``upwell rerun JOB --reduce``), as a new attempt with its
+    definition as registered now; the new reduce job's id (upwell.after.reduce)."""
+    from upwell.after.reduce import rerun
+
+    return rerun(storage, settings or Settings.from_env(), job_id)

@@ -67,7 +67,8 @@ def job_line(job: JobRow, shards: list[ShardRow] | None, now: datetime) -> dict[
             "budget_usd": job.budget_usd, "eta_s": eta,
             "created_at": job.created_at, "finished_at": job.finished_at,
             "message": job.message, "reported": job.reported,
-            "report": f"reports/{job.job_id}/index.html" if job.reported else None}
+            "report": f"reports/{job.job_id}/index.html" if job.reported else None,
+            "notify_failed": str((job.extra or {}).get("notify_failed") or "") or None}  # upwell.after.notify
     if shards is not None:
         line["running"] = sum(1 for s in shards if s.status == ShardState.RUNNING)
         line["recoveries"] = sum(s.preemptions + s.failures for s in shards)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from upwell.after.view import after_view
 from upwell.ledger import JobRow, JobState, Ledger, ShardState
 from upwell.storage import Storage
 
@@ -31,6 +32,7 @@ def job_status(storage: Storage, job_id: str, ledger: Ledger | None = None) -> d
            "workers": nodes, "preemptions": sum(s.preemptions for s in shards)}
     out["failures"] = [{"shard": s.shard_id, "error": s.error} for s in shards
                        if s.status == ShardState.FAILED][:20]
+    out.update(after_view(ledger, job))  # its chain, analysis and notifications (upwell.after)
     return out
 
 

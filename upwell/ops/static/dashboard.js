@@ -56,7 +56,7 @@
     $("#jobs-count").textContent = visible.length === jobs.length ? `${jobs.length}` : `${visible.length} of ${jobs.length}`;
     rows($("#jobs tbody"), visible, (j) => `<tr data-job="${esc(j.job_id)}" data-project="${esc(j.project)}" data-owner="${esc(j.owner)}">
       <td><a class="job" data-open="${esc(j.job_id)}">${esc(j.name || j.job_id)}</a><div class="muted mono">${esc(j.job_id)}</div></td>
-      <td class="state">${pill(j.state)}${j.message ? `<div class="muted">${esc(j.message)}</div>` : ""}</td>
+      <td class="state">${pill(j.state)}${j.message ? `<div class="muted">${esc(j.message)}</div>` : ""}${j.notify_failed ? `<div class="st-failed">${esc(j.notify_failed)}</div>` : ""}</td>
       <td><span class="bar"><span style="width:${Math.round(100 * j.progress)}%"></span></span>
         ${j.shards_finished}/${j.shards_total}${j.shards_failed ? ` <span class="st-failed pill">${j.shards_failed} failed</span>` : ""}</td>
       <td class="n">${usd(j.spent_usd)}</td><td class="n">${usd(j.estimate_usd)}</td><td class="n">${dur(j.eta_s)}</td>
