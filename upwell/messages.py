@@ -38,6 +38,8 @@ class WorkItem:
     oversubscribe: bool = False  # more ranks on a node than its cores was allowed
     payload_version: str = ""  # the definition's version that ingest validated the params against
     payload_sha256: str = ""  # and its content hash: a worker runs exactly that definition
+    # A shard that references its data: the byte range of input_blob at a pinned version (upwell.shardref)
+    input_range: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     @property

@@ -115,7 +115,9 @@ class Settings:
     connection: str = "UseDevelopmentStorage=true"  # AzureWebJobsStorage
     pools: dict[str, PoolSpec] = field(default_factory=_default_pools)  # UPWELL_POOLS
     scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE (NCRONTAB; Azure: every 30 s)
-    max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES
+    # UPWELL_MAX_UPLOAD_BYTES: the largest upload ingest takes. Ingest streams a drop and its shards reference
+    # it (upwell.shardref), so nothing is held whole in memory: the default fits instrument drops of tens of GB.
+    max_upload_bytes: int = 64 * 1024**3
     max_shards: int = 10_000  # UPWELL_MAX_SHARDS
     max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES
     max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES

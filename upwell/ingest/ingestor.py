@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from upwell import logs, names
+from upwell.documents import check_size
 from upwell.errors import IngestLeased, InputRejected, NotFound
 from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
@@ -117,6 +118,7 @@ class Ingestor:
 
     # -- manifests ---------------------------------------------------------------
     def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:
+        check_size(props.size, f"{names.INCOMING}/{name}")  # the upload limit fits data drops, not documents
         data = self.storage.read(f"{names.INCOMING}/{name}")
         m = manifests.load_manifest(data, f"{names.INCOMING}/{name}", self.definitions.names())
         spec = self.definitions.resolve(m.payload)
