@@ -173,7 +173,7 @@ def _defer(cap: int, config: AttemptConfig) -> Verdict:
 
 def _after_error(error: UpwellError, config: AttemptConfig) -> Verdict:
     if isinstance(error, ShardSourceChanged):  # the pinned bytes are gone: no attempt can run on them
-        return Verdict(VerdictKind.POISON, reason=error.message)
+        return Verdict(VerdictKind.POISON, reason=f"{type(error).__name__}: {error.message}")
     if isinstance(error, InputRejected):  # unregistered payload, bad parameters: retrying cannot help
         return Verdict(VerdictKind.POISON, reason=f"rejected by the payload: {error.message}")
     how = "permanent" if error.permanent else "transient"

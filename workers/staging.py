@@ -70,7 +70,9 @@ class Staging:
             for piece in normalize(chunks, ref):
                 fh.write(piece)
         except (Conflict, NotFound) as exc:
-            how = "is gone" if isinstance(exc, NotFound) else "was overwritten"
+            # If-Match on a deleted blob may answer 412 as well as 404: ask which it is, for the message
+            gone = isinstance(exc, NotFound) or not self.storage.exists(item.input_blob)
+            how = "is gone" if gone else "was overwritten"
             pinned = f"version {ref.version_id}" if ref.version_id else f"ETag {ref.etag}"
             raise ShardSourceChanged(f"the shard's input {item.input_blob} {how} since ingest pinned it "
                                      f"({pinned}); the shard reads bytes {ref.offset}-{ref.offset + ref.length} "
