@@ -99,3 +99,9 @@ def test_a_shard_whose_original_changed_fails_with_the_named_error_and_never_run
     assert shard.status == "failed" and shard.poisoned and shard.error.startswith("ShardSourceChanged")
     # the payload never started: an attempt that ran keeps its payload.log, and no metrics were recorded
     assert not store.exists(f"results/{out.job_id}/{sid}/payload.log") and not doc.get("metrics")
+    if change == "overwritten":  # a re-run sends the same range, pinned to the same version, from the shard row
+        from upwell.lifecycle.rerun import rerun_job
+
+        assert rerun_job(store, out.job_id, shard_ids=[sid]) == [sid]
+        again = [decode(m.content) for m in _drain(store)]
+        assert [i.input_range for i in again] == [decode(msgs[0].content).input_range]
