@@ -105,3 +105,23 @@ def test_a_shard_whose_original_changed_fails_with_the_named_error_and_never_run
         assert rerun_job(store, out.job_id, shard_ids=[sid]) == [sid]
         again = [decode(m.content) for m in _drain(store)]
         assert [i.input_range for i in again] == [decode(msgs[0].content).input_range]
+
+
+def test_whole_files_are_references_staged_byte_for_byte(store, tmp_path):
+    """``shard: {whole_files: true}``: each data blob is referenced whole at its ETag, never copied; the agent's
+    file is the blob byte for byte."""
+    files = {"a.bin": b"\x00\x01binary\r\n\r\n", "b.txt": b"line\r\nno end"}
+    for name, data in files.items():
+        store.blob(names.INCOMING, f"refs-whole/data/{name}").upload_blob(data, overwrite=True)
+    store.blob(names.INCOMING, "refs-whole/job.yaml").upload_blob(
+        b"payload: channel-stats\ndata: [data/a.bin, data/b.txt]\nshard: {whole_files: true}\n", overwrite=True)
+    out = Ingestor(store, Settings()).ingest("refs-whole/job.yaml")
+    assert out.status == "accepted", out.message
+    items = sorted((decode(m.content) for m in _drain(store)), key=lambda i: i.shard_id)
+    assert [i.input_blob for i in items] == [f"incoming/refs-whole/data/{n}" for n in files]
+    assert [ShardRef.from_dict(i.input_range).whole for i in items] == [True, True]
+    assert not list(store.list(names.SHARDS, f"{out.job_id}/"))
+    staging = Staging(store, str(tmp_path / "scratch"), logs.get("test"))
+    for item, data in zip(items, files.values(), strict=True):
+        with staging.workdir(item.shard_id) as root:
+            assert staging.stage_in(item, root).read_bytes() == data
