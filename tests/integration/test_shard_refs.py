@@ -125,3 +125,20 @@ def test_whole_files_are_references_staged_byte_for_byte(store, tmp_path):
     for item, data in zip(items, files.values(), strict=True):
         with staging.workdir(item.shard_id) as root:
             assert staging.stage_in(item, root).read_bytes() == data
+
+
+def test_an_unchanged_original_runs_its_range(store, dropped, tmp_path):
+    """The control for the changed-original test: the same agent, an upload left alone, runs a shard on its
+    range (channel-stats reads every column but time as a number: this drop has no text column)."""
+    from workers.agent import Agent, AgentConfig
+
+    store.blob(names.INCOMING, "refs-it/ok.csv").upload_blob(b"time;level\r\n0;1\r\n1;NA\r\n2;3\r\n3;4\r\n",
+                                                              overwrite=True)
+    out = Ingestor(store, Settings()).ingest("refs-it/ok.csv")
+    msgs = sorted(_drain(store), key=lambda m: decode(m.content).shard_id)
+    assert out.status == "accepted" and len(msgs) == 2
+    agent = Agent(store, AgentConfig(pool="cpu", node_id="n-refs-ok", idle_exit_s=0.5, poll_s=0.1,
+                                     scratch=str(tmp_path)))
+    assert agent.handle(msgs[0]) == "succeeded"
+    doc = json.loads(store.read(f"results/{out.job_id}/s00000.json"))
+    assert doc["status"] == "succeeded" and doc["metrics"]["rows"] == 3, doc["metrics"]
