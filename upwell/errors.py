@@ -92,6 +92,15 @@ class IngestLeased(Conflict):
     """Another ingest of the same upload holds the job row's lease and renews it: this one steps back."""
 
 
+class ShardSourceChanged(UpwellError):
+    """A shard that references its data (upwell.shardref) found the original blob changed or gone since
+    ingest pinned it: the shard fails at once, and never runs on other bytes. ``source`` is the blob."""
+
+    def __init__(self, message: str, *, source: str = "", code: str = ""):
+        super().__init__(message)
+        self.message, self.source, self.code = message, source, code
+
+
 class PoolErrorKind(str, Enum):
     QUOTA = "quota"
     CAPACITY = "capacity"

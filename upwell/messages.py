@@ -42,6 +42,8 @@ class WorkItem:
     # an input_blob ending in "/" is a folder (a reduce's results/<job>/): every <shard>.json in it, and of each
     # shard's artifacts those matching one of these globs (upwell.after.reduce, workers.staging)
     input_select: list[str] = field(default_factory=list)
+    # A shard that references its data: the byte range of input_blob at a pinned version (upwell.shardref)
+    input_range: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     @property

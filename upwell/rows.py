@@ -237,6 +237,7 @@ class ShardRow(_Row):
     params: str = "{}"  # JSON, sorted keys
     input_blob: str = ""
     input_sha256: str = ""
+    input_range: str = ""  # JSON of the byte range at a pinned version the shard reads (upwell.shardref)
     result_blob: str = ""
     price_key: str = ""  # the shard's own price key, when it is not its job's
     attempts: int = 0

@@ -116,7 +116,9 @@ class Settings:
     # UPWELL_POOLS: the pools, JSON: name -> PoolSpec fields (backend, min_nodes, max_nodes, options ...)
     pools: dict[str, PoolSpec] = field(default_factory=_default_pools)
     scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE: the scale timer (NCRONTAB; Azure: every 30 s)
-    max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES: the largest upload ingest reads
+    # UPWELL_MAX_UPLOAD_BYTES: the largest upload ingest takes. Ingest streams a drop and its shards reference
+    # it (upwell.shardref), so nothing is held whole in memory: the default fits instrument drops of tens of GB.
+    max_upload_bytes: int = 64 * 1024**3
     max_shards: int = 10_000  # UPWELL_MAX_SHARDS: the most shards one job may make
     max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES: the largest work item (the queue limit is 64 KiB)
     max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES: the largest parameter set of one shard

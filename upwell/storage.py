@@ -215,16 +215,22 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"properties of {path}") from None
 
-    def chunks(self, path: str, *, etag: str | None = None) -> Iterator[bytes]:
+    def chunks(self, path: str, *, etag: str | None = None, offset: int | None = None, length: int | None = None,
+               version_id: str | None = None) -> BlobChunks:
         """The blob's content, chunk by chunk as the caller iterates; with ``etag``, only that version
-        (Conflict when it changed). A missing blob raises NotFound here, before the first chunk."""
+        (Conflict when it changed); with ``offset`` and ``length``, only that range (one ranged Get Blob);
+        with ``version_id``, that version of a versioned account (immutable: no condition needed). A missing
+        blob raises NotFound here, before the first chunk. The chunks carry the version they read (``etag``,
+        ``version_id``): the SDK asks for every chunk after the first on that ETag."""
         container, name = split_path(path)
         condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+        if version_id:
+            condition = {"version_id": version_id}
         try:
-            downloader = self.blob(container, name).download_blob(**condition)
+            downloader = self.blob(container, name).download_blob(offset, length, **condition)
         except AzureError as exc:
             raise storage_error(exc, f"read {path}") from None
-        return _funnelled(downloader.chunks(), f"read {path}")
+        return BlobChunks(downloader, f"read {path}")
 
     def delete(self, path: str, *, etag: str | None = None) -> None:
         """Delete a blob and its snapshots; with ``etag``, only that version (Conflict when it changed,
@@ -290,6 +296,21 @@ class Storage:
             yield from self.container(container).list_blobs(name_starts_with=prefix)
         except AzureError as exc:
             raise storage_error(exc, f"list {container}/{prefix or ''}") from None
+
+
+class BlobChunks:
+    """A download's chunks as the caller iterates, SDK errors funnelled into upwell errors; ``etag`` and
+    ``version_id``: the version the first response came from, which every later chunk request is
+    conditioned on (azure-storage-blob ``_download.py`` sets If-Match to it)."""
+
+    def __init__(self, downloader: Any, what: str):
+        props = downloader.properties
+        self.etag: str = str(props.etag or "")
+        self.version_id: str = str(getattr(props, "version_id", None) or "")
+        self._chunks, self._what = downloader.chunks(), what
+
+    def __iter__(self) -> Iterator[bytes]:
+        return _funnelled(self._chunks, self._what)
 
 
 def _funnelled(chunks: Iterator[bytes], what: str) -> Iterator[bytes]:

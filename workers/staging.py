@@ -1,11 +1,11 @@
 """Staging: an attempt's files between storage and the node's scratch folder.
 
-In: the shard's input blob (or a folder of them: a reduce's results, ``stage_folder``), and the kept
-checkpoint files (``checkpoints/<job>/<shard>/``) when one may
-exist (``may_resume``). Out: the checkpoint files an attempt wrote (preempted, cancelled or succeeded),
-the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names leaves its work
-dir, and every name is made one harmless segment (``safe_name``), so a hostile output or checkpoint name
-cannot write outside the shard's prefix.
+In: the shard's input blob (or a folder of them: a reduce's results, ``stage_folder``; or, for a shard that
+references its data, its byte range of the pinned original with the header before it: ``upwell.shardref``),
+and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may exist (``may_resume``). Out: the
+checkpoint files an attempt wrote (preempted, cancelled or succeeded), the artifacts of a success, and
+``payload.log`` of every attempt. Nothing a payload names leaves its work dir, and every name is made one
+harmless segment (``safe_name``), so a hostile output or checkpoint name cannot write outside the shard's prefix.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from upwell import names
-from upwell.errors import UpwellError
+from upwell.errors import Conflict, NotFound, ShardSourceChanged, UpwellError
 from upwell.messages import WorkItem
 from upwell.rows import ShardRow
+from upwell.shardref import ShardRef, normalize
 from upwell.storage import Storage
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
@@ -56,7 +57,10 @@ class Staging:
         dest = root / "input" / Path(item.input_blob).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "wb") as fh:
-            self.storage.download(item.input_blob, fh)
+            if item.input_range:
+                self._ranged(item, ShardRef.from_dict(item.input_range), fh)
+            else:
+                self.storage.download(item.input_blob, fh)
         return dest
 
     def stage_folder(self, item: WorkItem, dest: Path) -> Path:
@@ -75,6 +79,25 @@ class Staging:
             with open(path, "wb") as fh:
                 self.storage.download(f"{container}/{b.name}", fh)
         return dest
+
+    def _ranged(self, item: WorkItem, ref: ShardRef, fh) -> None:
+        """A shard that references its data (upwell.shardref): the range of the pinned version, header first.
+        ShardSourceChanged when the original changed (412) or is gone (404): never a run on other bytes."""
+        span = (ref.offset, ref.length) if ref.length else (None, None)
+        try:
+            chunks = self.storage.chunks(item.input_blob, etag=ref.etag, offset=span[0], length=span[1],
+                                         version_id=ref.version_id or None)
+            for piece in normalize(chunks, ref):
+                fh.write(piece)
+        except (Conflict, NotFound) as exc:
+            # If-Match on a deleted blob may answer 412 as well as 404: ask which it is, for the message
+            gone = isinstance(exc, NotFound) or not self.storage.exists(item.input_blob)
+            how = "is gone" if gone else "was overwritten"
+            pinned = f"version {ref.version_id}" if ref.version_id else f"ETag {ref.etag}"
+            raise ShardSourceChanged(f"the shard's input {item.input_blob} {how} since ingest pinned it "
+                                     f"({pinned}); the shard reads bytes {ref.offset}-{ref.offset + ref.length} "
+                                     "of that version only, so it does not run", source=item.input_blob,
+                                     code=exc.code) from None
 
     def checkpoint_in(self, item: WorkItem, root: Path) -> Path | None:
         """The kept checkpoint files under root/resume/; None when there are none. A blob name that would

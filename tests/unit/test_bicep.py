@@ -193,6 +193,15 @@ def test_lifecycle_rules_expire_results_shards_and_checkpoints(trees):
     assert "prefixMatch" in text and "daysAfterModificationGreaterThan: c.value" in text
 
 
+def test_no_lifecycle_rule_expires_the_uploads_that_shards_reference(trees):
+    """Shards read byte ranges of their upload (upwell/shardref.py): no rule may delete or archive incoming/."""
+    days = trees["bicep/modules/storage.bicep"]["parameters"]["expireAfterDays"]["default"]
+    assert "incoming" not in days
+    text = (ROOT / "bicep/modules/storage.bicep").read_text()
+    policy = text[text.index("resource lifecycle"):text.index("resource containers")]
+    assert "incoming" not in policy and "prefixMatch" in policy
+
+
 def test_flex_consumption_function_app(trees):
     fa = trees["bicep/modules/functionapp.bicep"]["resources"]
     assert fa["plan"]["config"]["sku"] == {"name": "FC1", "tier": "FlexConsumption"}

@@ -92,8 +92,8 @@ class JobAcceptor:
                           input_blob=blob, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                           result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=resources.ranks,
                           gpus=resources.gpus, nodes=resources.nodes, oversubscribe=resources.oversubscribe,
-                          project=job["project"], input_select=list(select))
-                 for sid, params, blob, _ in shards]
+                          project=job["project"], input_select=list(select), input_range=_range(shard))
+                 for shard in shards for sid, params, blob, *_ in [shard]]
         texts = [encode(i, self.settings.max_message_bytes) for i in items]  # size errors before any effect
         lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
         try:
@@ -118,7 +118,7 @@ class JobAcceptor:
 
     def _priced(self, job: dict, shards: list[tuple], resources, history) -> float:
         """Put the estimate on the job row and check it against the budgets and the job's own; the USD."""
-        est = self._estimate(job, [params for _, params, _, _ in shards], resources, history)
+        est = self._estimate(job, [shard[1] for shard in shards], resources, history)
         est_ns, est_usd = est.node_seconds, est.usd
         job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
                    node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
@@ -155,8 +155,9 @@ class JobAcceptor:
         now = now_iso()
         rows = [ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                         input_range=json.dumps(_range(shard), sort_keys=True) if _range(shard) else "",
                          result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
-                for sid, params, blob, digest in shards]
+                for shard in shards for sid, params, blob, digest, *_ in [shard]]
         for start in range(0, len(rows), ROWS_PER_BEAT):
             self.ledger.add_shards(job_id, rows[start:start + ROWS_PER_BEAT])  # rows that exist are left alone
             lease.renew(0)
@@ -185,3 +186,8 @@ def _uploader(props) -> str:
     """Who uploaded, where the upload says: blob metadata ``uploaded_by`` (upwell submit sets it)."""
     meta = getattr(props, "metadata", None) or {}
     return str(meta.get("uploaded_by") or meta.get("upwell_owner") or "")[:200]
+
+
+def _range(shard: tuple) -> dict | None:
+    """A shard's byte range of its input at a pinned version (upwell.shardref), when it references one."""
+    return shard[4] if len(shard) > 4 else None

@@ -24,6 +24,7 @@ from upwell.access.tags import folder_project
 from upwell.after import notify as after_notify
 from upwell.after import spec as after_spec
 from upwell.after.gate import gate
+from upwell.documents import check_size
 from upwell.errors import IngestLeased, InputRejected, NotFound
 from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
@@ -122,6 +123,7 @@ class Ingestor:
 
     # -- manifests ---------------------------------------------------------------
     def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:
+        check_size(props.size, f"{names.INCOMING}/{name}")  # the upload limit fits data drops, not documents
         data = self.storage.read(f"{names.INCOMING}/{name}")
         m = manifests.load_manifest(data, f"{names.INCOMING}/{name}", self.definitions.names())
         spec = self.definitions.resolve(m.payload)

@@ -9,6 +9,8 @@ afresh. The job is reported again when its last shard ends.
 
 from __future__ import annotations
 
+import json
+
 from upwell import logs, names
 from upwell.errors import UpwellError
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
@@ -81,7 +83,8 @@ def _item(job: JobRow, shard: ShardRow) -> WorkItem:
     job_id, sid = job.job_id, shard.shard_id
     return WorkItem(job_id=job_id, shard_id=sid, payload=job.payload, pool=job.pool, params=shard.parameters(),
                     payload_version=job.payload_version, payload_sha256=job.payload_sha256,
-                    input_blob=shard.input_blob or None, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
+                    input_blob=shard.input_blob or None, input_range=json.loads(shard.input_range or "null"),
+                    checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                     result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=job.ranks or 1, gpus=job.gpus)
 
 
