@@ -56,6 +56,7 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "preemptions": shard.preemptions,
             "attempt": item.attempt,
             "resumed_from": getattr(launch, "resumed_from", None),
+            "fresh_start": getattr(launch, "checkpoint_note", "") or "",  # a checkpoint dropped, and why
             "preempted_node_seconds": shard.preempted_node_seconds,
             "failed_node_seconds": shard.failed_node_seconds,
         },

@@ -40,6 +40,7 @@ class LaunchResult:
     definition: dict[str, Any] = field(default_factory=dict)  # name, version, sha256, image digest (provenance)
     cpu_wait_s: float = 0.0  # how long the payload waited for a CPU it was ready to use (the node clock's watch)
     hosts: list[str] = field(default_factory=list)  # a gang's: the allocation's hosts its ranks ran over (workers.gang)
+    checkpoint_note: str = ""  # why a checkpoint that was there was not resumed from (workers.checkpoints)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
