@@ -1,4 +1,11 @@
-"""What is recorded with every result so that it can be reproduced."""
+"""What is recorded with every result so that it can be reproduced.
+
+The image digest is the definition's pin, except for the built-in definitions' all-zero placeholder: they
+run in the deployment's own worker image, whatever digest it was built as, so the result records the
+node's ``UPWELL_IMAGE_DIGEST`` (``bicep/hooks/imagedigest.sh`` pins the pools' images by digest at deploy
+and the pools pass it to their agents; ``local`` on this machine). A tool's version is the first line
+of its definition's ``version_command`` output that names a version (``tool_version``).
+"""
 
 from __future__ import annotations
 
@@ -50,3 +57,20 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+ZERO_DIGEST = "sha256:" + "0" * 64  # the built-in definitions' placeholder pin
+
+
+def image_digest(pinned: str, node: str) -> str:
+    """The digest a result records: the definition's ``pinned`` one, unless it is missing or the all-zero
+    placeholder; then the node's own (``node``: UPWELL_IMAGE_DIGEST)."""
+    return node if not pinned or pinned == ZERO_DIGEST else pinned
+
+
+def tool_version(output: str, limit: int = 200) -> str:
+    """The line of a version command's output that names the version (the first with 'version' in it, else
+    the first that is not blank), stripped and cut to ``limit`` characters; '' for none."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    named = [line for line in lines if "version" in line.lower()]
+    return (named or lines or [""])[0][:limit]

@@ -63,7 +63,8 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
         "node": node,
         "provenance": {
             "code_version": settings.code_version or provenance.code_version(),
-            "image_digest": definition.get("image_digest") or settings.image_digest,
+            "image_digest": provenance.image_digest(definition.get("image_digest", ""), settings.image_digest),
+            "tool_version": definition.get("tool_version", ""),  # the definition's version_command said
             "definition": {k: v for k, v in definition.items() if k != "report"},
             "input_sha256": input_sha,
             "manifest_hash": job.manifest_hash,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from upwell import provenance as upwell_provenance
 from upwell import shape
 from upwell.errors import InputRejected
 from upwell.messages import WorkItem
@@ -154,7 +155,8 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
     _write_inputs(d, workdir, values, input_path)
     started, env = time.monotonic(), _env(d, item)
     restored = _verified(d, checkpoints.restore(d, workdir), workdir, values, env)
-    ended = functools.partial(_result, loaded, workdir, started=started, restored=restored)
+    ended = functools.partial(_result, loaded, workdir, started=started, restored=restored,
+                              version=tool_version(loaded, workdir, values, env))
     for argv in d.prepare:
         code, text = _step([render(a, values) for a in argv], workdir, env)
         if code != 0:
@@ -178,6 +180,24 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
             status, tail = "failed", failed
     return ended(status, code, tail, kept=kept, written=n, timed_out=outcome.timed_out,
                  permanent=code in d.exit_codes.bad_input, cpu_wait_s=outcome.cpu_wait_s)
+
+
+_VERSIONS: dict[str, str] = {}  # definition content hash -> what its version_command said, on this node
+_VERSIONS_LOCK = threading.Lock()
+
+
+def tool_version(loaded: Loaded, workdir: Path, values: dict[str, str], env: dict[str, str]) -> str:
+    """The tool's version from the definition's ``version_command``, run once per node (this agent's process)
+    and definition (its content hash); '' when it declares none. A command that fails records that it did."""
+    d = loaded.definition
+    if not d.version_command:
+        return ""
+    with _VERSIONS_LOCK:  # slots of one agent run it once between them
+        if loaded.sha256 not in _VERSIONS:
+            code, text = _step([render(a, values) for a in d.version_command], workdir, env)
+            said = upwell_provenance.tool_version(text)
+            _VERSIONS[loaded.sha256] = said if code == 0 else f"unknown (version_command exited {code}: {said})"
+        return _VERSIONS[loaded.sha256]
 
 
 def _unreadable(d: Definition, code: int | None, outcome) -> bool:
@@ -246,8 +266,8 @@ def _post(d: Definition, workdir: Path, values: dict[str, str], env: dict[str, s
 
 
 def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: str, *, started: float,
-            restored: checkpoints.Restored, kept: Path | None = None, written: int = 0, timed_out: bool = False,
-            permanent: bool = False, cpu_wait_s: float = 0.0) -> LaunchResult:
+            restored: checkpoints.Restored, version: str = "", kept: Path | None = None, written: int = 0,
+            timed_out: bool = False, permanent: bool = False, cpu_wait_s: float = 0.0) -> LaunchResult:
     out = workdir / "out"
     artifacts = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "metrics.json")
     log_path = workdir / "payload.log"
@@ -256,13 +276,14 @@ def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: 
         artifacts=artifacts, checkpoint_dir=kept or workdir / "ckpt", checkpoints=written,
         resumed_from="checkpoint" if restored.resumed else None, stderr_tail=tail,
         run_s=round(time.monotonic() - started, 3), log_path=log_path if log_path.exists() else None,
-        timed_out=timed_out, permanent=permanent and status == "failed", definition=provenance(loaded),
+        timed_out=timed_out, permanent=permanent and status == "failed", definition=provenance(loaded, version),
         cpu_wait_s=cpu_wait_s, checkpoint_note=restored.note)
 
 
-def provenance(loaded: Loaded) -> dict[str, Any]:
-    """What a result records of the definition that produced it."""
+def provenance(loaded: Loaded, tool: str = "") -> dict[str, Any]:
+    """What a result records of the definition that produced it; ``tool``: its version_command's answer."""
     d = loaded.definition
-    return {"name": d.name, "version": d.version, "sha256": loaded.sha256, "image": d.image,
-            "image_digest": d.digest, "builtin": loaded.builtin,
-            "report": d.report.model_dump(exclude_defaults=True)}
+    out = {"name": d.name, "version": d.version, "sha256": loaded.sha256, "image": d.image,
+           "image_digest": d.digest, "builtin": loaded.builtin,
+           "report": d.report.model_dump(exclude_defaults=True)}
+    return {**out, "tool_version": tool} if tool else out

@@ -62,3 +62,7 @@ done
 
 echo "postdeploy: Event Grid delivers BlobCreated events to the blob-triggered functions"
 echo "postdeploy: blobs uploaded before now had no event; the reconciler picks them up"
+
+# The pools' worker images by digest, so that results record the image that really ran (imagedigest.sh).
+"$here/imagedigest.sh" || echo "postdeploy: the worker images are not pinned by digest; run" \
+  "./bicep/hooks/imagedigest.sh once they are built" >&2

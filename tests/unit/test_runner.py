@@ -203,3 +203,27 @@ def test_only_the_newest_checkpoint_is_kept_unless_history_is_asked(tmp_path):
     two = d.model_copy(update={"checkpoint": d.checkpoint.model_copy(update={"history": 2})})
     kept, n = checkpoints.keep(two, tmp_path / "w")
     assert n == 2 and sorted(p.name for p in kept.rglob("*")) == ["restart.200", "restart.300", "run.log"]
+
+
+def test_the_tools_version_is_asked_once_per_node_and_definition(tmp_path):
+    asked = tmp_path / "asked.txt"
+    doc = yaml.safe_load(definition())
+    doc["version_command"] = ["{python}", "-c", f"open({str(asked)!r}, 'a').write('x'); "
+                              "print('banner'); print('counter version 2.4.1 (double precision)')"]
+    loaded = load(yaml.safe_dump(doc).encode(), "v.yaml", ("*.azurecr.io",))
+    first = run_definition(loaded, item(n=1), tmp_path / "a1")
+    second = run_definition(loaded, item(n=1), tmp_path / "a2")
+    assert first.definition["tool_version"] == second.definition["tool_version"] == \
+        "counter version 2.4.1 (double precision)"
+    assert asked.read_text() == "x"  # once for both shards
+    assert "tool_version" not in run_definition(load(definition(), "c.yaml", ("*.azurecr.io",)), item(n=1),
+                                                tmp_path / "a3").definition
+
+
+def test_a_result_records_the_nodes_digest_for_the_built_ins_placeholder():
+    from upwell import provenance
+
+    real = "sha256:" + "ab" * 32
+    assert provenance.image_digest(provenance.ZERO_DIGEST, real) == real
+    assert provenance.image_digest("", "local") == "local"
+    assert provenance.image_digest("sha256:" + "cd" * 32, real) == "sha256:" + "cd" * 32  # a lab's own pin

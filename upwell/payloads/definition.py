@@ -164,6 +164,9 @@ class Definition(_Strict):
                                   description="work-dir file -> text template, written before prepare runs")
     prepare: list[Argv] = Field(default_factory=list, description="argv steps run before command, in order")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every step")
+    version_command: Argv = Field(default_factory=list,
+                                  description="argv that prints the tool's version (e.g. [gmx, --version]); run "
+                                              "once per node and definition, recorded in each result's provenance")
     launcher: Launcher = Launcher()
     resources: Resources = Resources()
     pool: str = Field("cpu", pattern=r"^[a-z][a-z0-9-]{0,30}$")
@@ -210,7 +213,7 @@ class Definition(_Strict):
     def argvs(self) -> dict[str, Argv]:
         """Every argv template, by its path in the file."""
         out = {"command": self.command, "checkpoint.resume": self.checkpoint.resume,
-               "checkpoint.verify": self.checkpoint.verify,
+               "checkpoint.verify": self.checkpoint.verify, "version_command": self.version_command,
                "launcher.mpiexec": self.launcher.mpiexec, "launcher.torchrun": self.launcher.torchrun}
         out.update({f"prepare[{i}]": a for i, a in enumerate(self.prepare)})
         out.update({f"outputs.post[{i}].command": p.command for i, p in enumerate(self.outputs.post)})

@@ -77,7 +77,7 @@ def _get(doc: Any, *keys: Any) -> Any:
 
 def _argvs(doc: dict) -> list[tuple[str, Any]]:
     found = [("command", doc.get("command")), ("checkpoint.resume", _get(doc, "checkpoint", "resume")),
-             ("checkpoint.verify", _get(doc, "checkpoint", "verify")),
+             ("checkpoint.verify", _get(doc, "checkpoint", "verify")), ("version_command", doc.get("version_command")),
              ("launcher.mpiexec", _get(doc, "launcher", "mpiexec")),
              ("launcher.torchrun", _get(doc, "launcher", "torchrun"))]
     prepare = doc.get("prepare")
