@@ -118,7 +118,8 @@ class JobAcceptor:
         est_ns, est_usd = est.node_seconds, est.usd
         job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
                    node_share=est.share, estimate_spot_fraction=est.spot_fraction,
-                   estimate_basis=f"{est.basis}; range ${est.usd_low:.4f}-${est.usd_high:.4f}")
+                   estimate_basis=est.basis + (f"; range ${est.usd_low:.4f}-${est.usd_high:.4f}"
+                                               if est.usd_high > est.usd_low else ""))
         from upwell.cost.budgets import check_budgets
 
         check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
