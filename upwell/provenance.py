@@ -3,8 +3,8 @@
 The image digest is the definition's pin, except for the built-in definitions' all-zero placeholder: they
 run in the deployment's own worker image, whatever digest it was built as, so the result records the
 node's ``UPWELL_IMAGE_DIGEST`` (``bicep/hooks/imagedigest.sh`` pins the pools' images by digest at deploy
-and the pools pass it to their agents; ``local`` on this machine). A tool's version is the first line
-of its definition's ``version_command`` output that names a version (``tool_version``).
+and the pools pass it to their agents; ``local`` on this machine). A tool's version is the line of its
+definition's ``version_command`` output that gives the version (``tool_version``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -68,9 +69,14 @@ def image_digest(pinned: str, node: str) -> str:
     return node if not pinned or pinned == ZERO_DIGEST else pinned
 
 
+VERSION_LINE = re.compile(r"\bversion\b\s*[:=]?\s*v?\d", re.IGNORECASE)  # "GROMACS version:  2022.5"
+
+
 def tool_version(output: str, limit: int = 200) -> str:
-    """The line of a version command's output that names the version (the first with 'version' in it, else
-    the first that is not blank), stripped and cut to ``limit`` characters; '' for none."""
+    """The line of a version command's output that gives the version: the first where "version" is followed
+    by a number (not an echoed "gmx --version"), else the first with a digit, else the first that is not
+    blank; stripped and cut to ``limit`` characters; '' for none."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    named = [line for line in lines if "version" in line.lower()]
-    return (named or lines or [""])[0][:limit]
+    named = [line for line in lines if VERSION_LINE.search(line)]
+    numbered = [line for line in lines if any(c.isdigit() for c in line)]
+    return (named or numbered or lines or [""])[0][:limit]

@@ -227,3 +227,16 @@ def test_a_result_records_the_nodes_digest_for_the_built_ins_placeholder():
     assert provenance.image_digest(provenance.ZERO_DIGEST, real) == real
     assert provenance.image_digest("", "local") == "local"
     assert provenance.image_digest("sha256:" + "cd" * 32, real) == "sha256:" + "cd" * 32  # a lab's own pin
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    ("  :-) GROMACS - gmx, 2022.5-Debian (-:\nCommand line:\n  gmx --version\n\nGROMACS version:    2022.5-Debian\n",
+     "GROMACS version:    2022.5-Debian"),
+    ("Python 3.11.7\n", "Python 3.11.7"),
+    ("LAMMPS (2 Aug 2023 - Update 1)\nusage: ...\n", "LAMMPS (2 Aug 2023 - Update 1)"),
+    ("\n\n", ""),
+])
+def test_the_version_line_is_the_one_that_gives_a_version(output, expected):
+    from upwell.provenance import tool_version
+
+    assert tool_version(output) == expected
