@@ -3,6 +3,8 @@ answer, recorded as `az acr repository show --image <repo>:<tag> -o json` prints
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import re
 import subprocess
@@ -24,20 +26,27 @@ RECORDED = {"changeableAttributes": {"deleteEnabled": True, "listEnabled": True,
             "lastUpdateTime": "2026-12-03T09:12:44.1234567Z", "name": "latest", "signed": False}
 
 
-def _run(image: str, stdin: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(TOOL), image], input=stdin, capture_output=True, text=True,
-                          timeout=30)
+def _run(image: str, stdin: str, monkeypatch, capsys) -> tuple[int, str, str]:
+    """The tool's main, in this process, as the hook runs it: the answer on stdin, the image as argument."""
+    spec = importlib.util.spec_from_file_location("image_digest", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = tool.main([image])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 @pytest.mark.parametrize("answer", [json.dumps(RECORDED, indent=2),
                                     json.dumps({"registry": "upwelldev.azurecr.io", "imageName": "upwell-mpi",
                                                 "tag": RECORDED}),
                                     DIGEST + "\n"])
-def test_the_recorded_answer_pins_the_image(answer):
-    done = _run("upwelldev.azurecr.io/upwell-mpi", answer)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"upwelldev.azurecr.io/upwell-mpi@{DIGEST}"
-    assert _run("upwelldev.azurecr.io/upwell-mpi:latest", answer).stdout.strip().endswith(f"upwell-mpi@{DIGEST}")
+def test_the_recorded_answer_pins_the_image(answer, monkeypatch, capsys):
+    code, out, err = _run("upwelldev.azurecr.io/upwell-mpi", answer, monkeypatch, capsys)
+    assert code == 0, err
+    assert out.strip() == f"upwelldev.azurecr.io/upwell-mpi@{DIGEST}"
+    tagged = _run("upwelldev.azurecr.io/upwell-mpi:latest", answer, monkeypatch, capsys)[1]
+    assert tagged.strip() == f"upwelldev.azurecr.io/upwell-mpi@{DIGEST}"
 
 
 @pytest.mark.parametrize(("answer", "why"), [
@@ -45,9 +54,9 @@ def test_the_recorded_answer_pins_the_image(answer):
     (json.dumps({**RECORDED, "digest": "sha256:abc"}), "no sha256 digest"),
     ("", "no sha256 digest"),
 ])
-def test_an_answer_without_a_real_digest_is_refused(answer, why):
-    done = _run("upwelldev.azurecr.io/upwell-mpi", answer)
-    assert done.returncode == 3 and why in done.stderr and done.stdout == ""
+def test_an_answer_without_a_real_digest_is_refused(answer, why, monkeypatch, capsys):
+    code, out, err = _run("upwelldev.azurecr.io/upwell-mpi", answer, monkeypatch, capsys)
+    assert code == 3 and why in err and out == ""
 
 
 def test_the_hook_reads_only_outputs_that_exist_and_postdeploy_runs_it():
