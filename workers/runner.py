@@ -164,12 +164,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
     if stop is not None and stop.is_set():
         return ended("preempted", None, "")
     attempt = _Attempt(d, item, workdir, values, env, stop, on_tick, timeout_s, tick_s, clock, apptainer)
-    code, outcome, tail = attempt.run(restored.resumed)
-    if restored.resumed and _unreadable(d, code, outcome) and checkpoints.fingerprint(d, workdir) == restored.files:
-        checkpoints.discard(d, workdir)
-        restored.files, restored.note = {}, f"the tool could not resume from its checkpoint (exit {code}): " \
-                                            "started fresh"
-        code, outcome, tail = attempt.run(False)
+    code, outcome, tail = _run_or_start_fresh(attempt, restored)
     if outcome is None:
         return ended("failed", code, tail)
     kept, n = checkpoints.keep(d, workdir)
@@ -198,6 +193,19 @@ def tool_version(loaded: Loaded, workdir: Path, values: dict[str, str], env: dic
             said = upwell_provenance.tool_version(text)
             _VERSIONS[loaded.sha256] = said if code == 0 else f"unknown (version_command exited {code}: {said})"
         return _VERSIONS[loaded.sha256]
+
+
+def _run_or_start_fresh(attempt: _Attempt, restored: checkpoints.Restored):
+    """Run the command (resuming when ``restored`` holds a checkpoint). A resume that fails on its own without
+    writing a newer checkpoint could not read it: drop it, say so in ``restored``, and run once more fresh."""
+    d, workdir = attempt.d, attempt.workdir
+    code, outcome, tail = attempt.run(restored.resumed)
+    if restored.resumed and _unreadable(d, code, outcome) and checkpoints.fingerprint(d, workdir) == restored.files:
+        checkpoints.discard(d, workdir)
+        restored.files = {}
+        restored.note = f"the tool could not resume from its checkpoint (exit {code}): started fresh"
+        code, outcome, tail = attempt.run(False)
+    return code, outcome, tail
 
 
 def _unreadable(d: Definition, code: int | None, outcome) -> bool:
