@@ -290,10 +290,12 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"exists {path}") from None
 
-    def list(self, container: str, prefix: str | None = None) -> Iterator[Any]:
-        """The blobs under ``prefix``, listed page by page as the caller iterates."""
+    def list(self, container: str, prefix: str | None = None, *, metadata: bool = False) -> Iterator[Any]:
+        """The blobs under ``prefix``, listed page by page as the caller iterates; with ``metadata``, each with
+        its metadata (List Blobs ``include=metadata``)."""
         try:
-            yield from self.container(container).list_blobs(name_starts_with=prefix)
+            yield from self.container(container).list_blobs(name_starts_with=prefix,
+                                                            include=["metadata"] if metadata else None)
         except AzureError as exc:
             raise storage_error(exc, f"list {container}/{prefix or ''}") from None
 

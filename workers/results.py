@@ -59,13 +59,15 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "preemptions": shard.preemptions,
             "attempt": item.attempt,
             "resumed_from": getattr(launch, "resumed_from", None),
+            "fresh_start": getattr(launch, "checkpoint_note", "") or "",  # a checkpoint dropped, and why
             "preempted_node_seconds": shard.preempted_node_seconds,
             "failed_node_seconds": shard.failed_node_seconds,
         },
         "node": node,
         "provenance": {
             "code_version": settings.code_version or provenance.code_version(),
-            "image_digest": definition.get("image_digest") or settings.image_digest,
+            "image_digest": provenance.image_digest(definition.get("image_digest", ""), settings.image_digest),
+            "tool_version": definition.get("tool_version", ""),  # the definition's version_command said
             "definition": {k: v for k, v in definition.items() if k != "report"},
             "input_sha256": input_sha,
             "manifest_hash": job.manifest_hash,

@@ -3,14 +3,17 @@
 In: the shard's input blob (or a folder of them: a reduce's results, ``stage_folder``; or, for a shard that
 references its data, its byte range of the pinned original with the header before it: ``upwell.shardref``),
 and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may exist (``may_resume``). Out: the
-checkpoint files an attempt wrote (preempted, cancelled or succeeded), the artifacts of a success, and
-``payload.log`` of every attempt. Nothing a payload names leaves its work dir, and every name is made one
-harmless segment (``safe_name``), so a hostile output or checkpoint name cannot write outside the shard's prefix.
+checkpoint an attempt left when it may be resumed (preempted or cancelled; only what changed is sent, and only
+the newest is kept), the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names
+leaves its work dir, and every name is made one harmless segment (``safe_name``), so a hostile output or
+checkpoint name cannot write outside the shard's prefix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import hashlib
 import re
 import shutil
 import tempfile
@@ -118,17 +121,34 @@ class Staging:
         return dest
 
     def checkpoint_out(self, item: WorkItem, ckpt: Path | None) -> int:
-        """Upload the regular files of ``ckpt`` (not ``*.tmp``, a write in progress); how many."""
+        """Make the shard's stored checkpoint the regular files of ``ckpt`` (not ``*.tmp``, a write in
+        progress): upload each whose content differs from the stored blob's (the sha256 in its metadata),
+        then delete the stored blobs ``ckpt`` no longer has (an older restart file), so only the newest
+        checkpoint is kept and an unchanged file is never sent twice. Nothing is deleted before the new files
+        are up, and an attempt that left no files leaves the stored checkpoint alone. How many files it has."""
         if not ckpt or not Path(ckpt).is_dir():
             return 0
-        n = 0
-        for path in sorted(Path(ckpt).rglob("*")):
-            if _regular(path, ckpt) and not path.name.endswith(".tmp"):
-                rel = "/".join(safe_name(part) for part in path.relative_to(ckpt).parts)
-                with open(path, "rb") as fh:
-                    self.storage.for_project(item.project).write(f"{item.checkpoint_prefix}{rel}", fh)
-                n += 1
-        return n
+        files = {"/".join(safe_name(part) for part in path.relative_to(ckpt).parts): path
+                 for path in sorted(Path(ckpt).rglob("*")) if _regular(path, ckpt) and not path.name.endswith(".tmp")}
+        if not files:
+            return 0
+        prefix = item.checkpoint_prefix.split("/", 1)[1]
+        stored = {b.name[len(prefix):]: (b.metadata or {}).get("sha256", "")
+                  for b in self.storage.list(names.CHECKPOINTS, prefix, metadata=True)}
+        uploaded = 0
+        for rel, path in files.items():
+            digest = _sha256(path)
+            if stored.pop(rel, None) == digest:
+                continue
+            with open(path, "rb") as fh:
+                self.storage.for_project(item.project).write(f"{item.checkpoint_prefix}{rel}", fh,
+                                                               metadata={"sha256": digest})
+            uploaded += 1
+        for rel in stored:
+            with contextlib.suppress(NotFound):  # gone already (a duplicate attempt's cleanup)
+                self.storage.delete(f"{item.checkpoint_prefix}{rel}")
+        self.log.info("agent.checkpoint_out", files=len(files), uploaded=uploaded, deleted=len(stored))
+        return len(files)
 
     def stage_out(self, item: WorkItem, artifacts, out_dir: Path) -> dict[str, str]:
         """Upload each artifact that is a regular file inside ``out_dir``; name -> blob."""
@@ -186,6 +206,14 @@ def _inside(root: Path, rel: str) -> Path | None:
     path = root.joinpath(*parts)
     base = root.resolve()
     return path if path.resolve().is_relative_to(base) and path.resolve() != base else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _regular(path: Path, root: Path) -> bool:

@@ -47,6 +47,7 @@ class LaunchResult:
         """This result with the usage the supervision measured (``workers.payload_process.Outcome``)."""
         self.cpu_s, self.max_rss_mb = outcome.cpu_s, outcome.max_rss_mb
         return self
+    checkpoint_note: str = ""  # why a checkpoint that was there was not resumed from (workers.checkpoints)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -69,3 +69,7 @@ if [ -n "${UPWELL_AUTH_CLIENT_ID:-}" ]; then
     --web-redirect-uris "https://$AZURE_FUNCTION_APP_HOST/.auth/login/aad/callback" --only-show-errors
   echo "postdeploy: sign-in redirects to https://$AZURE_FUNCTION_APP_HOST/.auth/login/aad/callback"
 fi
+
+# The pools' worker images by digest, so that results record the image that really ran (imagedigest.sh).
+"$here/imagedigest.sh" || echo "postdeploy: the worker images are not pinned by digest; run" \
+  "./bicep/hooks/imagedigest.sh once they are built" >&2

@@ -165,8 +165,9 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
         shards += f" of {p.nodes} nodes each" if p.nodes > 1 else ""
         budget = f", budget ${p.budget_usd:.2f}" if p.budget_usd is not None else ""
         console.print(f"ok incoming/{p.blob}: {p.payload} on pool {p.pool}, {shards}; estimate "
-                      f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} on {p.price_key}"
-                      f"{' (spot)' if p.spot else ''}{budget}", soft_wrap=True, markup=False)
+                      f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} (range ${p.usd_low:.4f}-${p.usd_high:.4f}) "
+                      f"on {p.price_key}{' (spot)' if p.spot else ''}{budget}; {p.basis}", soft_wrap=True,
+                      markup=False)
     if dry_run:
         console.print("dry run: nothing uploaded")
         return

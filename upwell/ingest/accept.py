@@ -121,7 +121,9 @@ class JobAcceptor:
         est = self._estimate(job, [shard[1] for shard in shards], resources, history)
         est_ns, est_usd = est.node_seconds, est.usd
         job.update(shards_total=len(shards), estimate_node_seconds=est_ns, estimate_usd=est_usd,
-                   node_share=est.share, estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+                   node_share=est.share, estimate_spot_fraction=est.spot_fraction,
+                   estimate_basis=est.basis + (f"; range ${est.usd_low:.4f}-${est.usd_high:.4f}"
+                                               if est.usd_high > est.usd_low else ""))
         from upwell.cost.budgets import check_budgets
 
         check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
@@ -135,11 +137,9 @@ class JobAcceptor:
         """Priced on the pool that runs it, node time learned from earlier results (``history``)."""
         from upwell.cost import forecast as est
 
-        history = history if history is not None else self.history(job)
-        return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
-                            price_key=job["price_key"], spot_allowed=bool(job["spot"]),
-                            pool_spot_share=self.settings.pools[job["pool"]].spot_share,
-                            ranks=resources.ranks, gpus=resources.gpus, nodes=resources.nodes)
+        return est.for_job(self.ledger, payload=job["payload"], pool=job["pool"], spec=self.settings.pools[job["pool"]],
+                           points=points, manifest_s=job["estimate_node_seconds_per_shard"], spot=bool(job["spot"]),
+                           resources=resources, history=history)
 
     def _record(self, job: dict, shards: list[tuple], lease: IngestLease) -> list[int] | None:
         """The job row (created with the lease, or the earlier one taken over and brought up to date) and one
