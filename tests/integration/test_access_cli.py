@@ -92,6 +92,11 @@ def test_only_operators_push_and_the_definition_records_who(env, azurite, monkey
     assert meta["pushed_by"] == "bo"
     assert cli("rules", str(rule)).exit_code == 0 and store.exists(f"{names.PIPELINES}/buoy.yaml")
     store.delete(f"{names.PIPELINES}/buoy.yaml")  # the session's Azurite is shared: leave no rule behind
+    monkeypatch.setenv("UPWELL_PRINCIPAL", "ann")  # nor may a submitter delete what an operator pushed
+    refused_delete = cli("payload", "delete", "column-count@1.0.0")
+    assert refused_delete.exit_code == 2 and "NotOperator" in refused_delete.output, refused_delete.output
+    assert store.exists(f"{names.PAYLOADS}/column-count/1.0.0.yaml")
+    monkeypatch.setenv("UPWELL_PRINCIPAL", "bo")
 
     assert "revoked 1" in cli("access", "revoke", "bo", "--project", "ocean").output
     assert "bo" not in cli("access", "list").output

@@ -136,25 +136,35 @@ def push(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="a d
 def _operator(path: Path) -> str:
     """The caller, when they hold the operator role (issue 27: only operators register definitions);
     NotOperator is printed with its name and the command exits 2."""
-    from upwell.access.caller import require_operator
-    from upwell.errors import NotOperator
     from upwell.payloads.validate import load
-    from upwell.settings import Settings
 
     d = load(path.read_bytes(), str(path), ("*",)).definition
+    return _operator_of(f"{names.PAYLOADS}/{d.name}/{d.version}.yaml", str(path))
+
+
+def _operator_of(blob: str, label: str) -> str:
+    """The caller when they may write ``blob`` (push or delete a definition), else NotOperator and exit 2."""
+    from upwell.access.caller import require_operator
+    from upwell.errors import NotOperator
+    from upwell.settings import Settings
+
     try:
-        return require_operator(Settings.from_env(), f"{names.PAYLOADS}/{d.name}/{d.version}.yaml")
+        return require_operator(Settings.from_env(), blob)
     except NotOperator as exc:
-        typer.echo(f"{path}: NotOperator: {exc}", err=True)
+        typer.echo(f"{label}: NotOperator: {exc}", err=True)
         raise typer.Exit(2) from None
 
 
 @payload_app.command("delete")
 def delete(ref: str = typer.Argument(..., help="NAME@VERSION of a pushed definition")) -> None:
-    """Remove a pushed version; refused (PayloadInUse, exit 2) while an open job runs it."""
+    """Remove a pushed version; refused (PayloadInUse, exit 2) while an open job runs it, and (NotOperator)
+    unless the caller holds the operator role."""
     from upwell.ledger import Ledger
+    from upwell.payloads.registry import split_ref
 
     with _refusal(Path(ref)):
+        name, version = split_ref(ref)
+        _operator_of(f"{names.PAYLOADS}/{name}/{version}.yaml", ref)
         registry = _registry()
         blob = registry.delete(ref, Ledger(registry.storage))
     typer.echo(f"deleted: {ref} ({blob})")
