@@ -44,8 +44,11 @@ $(NODE_STAMP): package.json package-lock.json
 demo: install
 	$(BIN)/upwell demo
 
+# Two pytest workers, one test module each at a time (--dist loadfile keeps a module's shared stack on one
+# worker): most tests wait on Azurite, processes and timers rather than on a core.
+PYTEST_WORKERS ?= 2
 test: install iac-install gromacs
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Unit and contract tests only: no Azurite, no stack; under two minutes.
 test-fast: install iac-install

@@ -136,6 +136,22 @@ def spread(runs: list[list[dict]]) -> list[dict]:
     return out
 
 
+def _drop(f: dict) -> list[dict]:
+    """bench_drop: ingest of a small and a large CSV drop (issue 24, item 2)."""
+    small, large = f["runs"][0], f["runs"][-1]
+    out = [_row(f"ingest ÷ plain download of the same blob, {r['mb']} MB drop", f"{min(r['ingest_s']):.2f} s",
+                f"{min(r['plain_s']):.2f} s", r["ratio"], (">=", 0.9)) for r in f["runs"]]
+    out.append(_row(f"ingest peak RSS, {large['mb']} MB ÷ {small['mb']} MB drop",
+                    f"{large['rss_peak_kb'] / 1024:.0f} MB", f"{small['rss_peak_kb'] / 1024:.0f} MB", f["rss_ratio"],
+                    ("<=", 1.2)))
+    out += [_row(f"bytes written by ingest ÷ input, {r['mb']} MB drop", f"{max(r['written_bytes']):,} B",
+                 f"{r['bytes']:,} B", r["written_ratio"], ("<=", 0.01)) for r in f["runs"]]
+    return out
+
+
+ROWS["drop"] = _drop
+
+
 def rows(name: str, figures: dict | None) -> list[dict]:
     if figures is None:
         return [_row(f"{name}: FAILED (see its log)", "", "", None, None)]

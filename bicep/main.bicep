@@ -145,6 +145,9 @@ param functionMaxInstances int = 40
 @description('Always-ready instances for the blob trigger group; 0 scales from zero (Event Grid deliveries start it).')
 param functionBlobAlwaysReady int = 0
 
+@description('Client id of the Entra ID app registration for the Function App\'s built-in authentication (the preprovision hook makes it: UPWELL_AUTH_CLIENT_ID).')
+param authClientId string
+
 @description('NCRONTAB schedule of the scale function.')
 param scaleSchedule string = '*/30 * * * * *'
 @description('NCRONTAB schedule of the reconciler timer (missed, dead-lettered and poisoned events).')
@@ -196,6 +199,8 @@ var queueNames = [
   'work-mpi-poison'
   'work-gpu-poison'
   'report-poison'
+  'notify'
+  'notify-poison'
 ]
 var tableNames = [
   'jobs'
@@ -238,6 +243,7 @@ var registryName = 'crupwell${token}'
 var keyVaultName = 'kv-upw-${toLower(uniqueString(subscriptionResourceId('Microsoft.Resources/resourceGroups', rgName), environmentName))}'
 var batchAccountName = 'baupw${token}'
 var systemTopicName = 'evgt-upwell-${token}'
+var jobEventsTopicName = 'evgt-upwell-jobs-${token}'
 var vnetName = 'vnet-upwell-${token}'
 // The scaler names a pool's scale sets <scale_set> (regular) and <scale_set>-spot.
 var vmssBaseName = 'vmss-upwell-${token}'
@@ -371,6 +377,7 @@ module keyVault 'modules/keyvault.bicep' = {
     tags: tags
     recover: keyVaultRecover
     batchServicePrincipalObjectId: assignBatchServiceRoles ? batchServicePrincipalObjectId : ''
+    functionPrincipalId: identity.outputs.functionPrincipalId
   }
 }
 
@@ -600,6 +607,23 @@ var functionAppSettings = {
   UPWELL_WORKER_IDENTITY_ID: identity.outputs.workerIdentityId
   UPWELL_WORKER_IMAGE_CPU: mpiImage
   UPWELL_WORKER_IMAGE_GPU: gpuImage
+  // A job's project is the folder it is uploaded to (incoming/<project>/), as the uploaders' ABAC role
+  // conditions are (`upwell access grant`, docs/access.md); a manifest naming another project is refused.
+  UPWELL_PROJECT_FOLDERS: 'true'
+  // Job events (upwell.after.notify) go to the custom topic; webhook secrets are read from the vault by name.
+  UPWELL_EVENTGRID_ENDPOINT: jobEvents.outputs.endpoint
+  UPWELL_KEY_VAULT_URL: keyVault.outputs.uri
+}
+
+module jobEvents 'modules/jobtopic.bicep' = {
+  name: 'jobtopic'
+  scope: rg
+  params: {
+    name: jobEventsTopicName
+    location: location
+    tags: tags
+    functionPrincipalId: identity.outputs.functionPrincipalId
+  }
 }
 
 module functionApp 'modules/functionapp.bicep' = {
@@ -618,6 +642,7 @@ module functionApp 'modules/functionapp.bicep' = {
     subnetId: enablePrivateNetwork ? '${vnetId}/subnets/snet-app' : ''
     maximumInstanceCount: functionMaxInstances
     blobAlwaysReady: functionBlobAlwaysReady
+    authClientId: authClientId
   }
   dependsOn: [
     network

@@ -1,8 +1,10 @@
-"""HTTP: the live dashboard (page, JSON API, report files). Function-key auth on Azure; loopback only locally."""
+"""HTTP: the live dashboard (page, JSON API, report files). Function-key auth on Azure; loopback only locally.
+
+What it shows and serves is held to the caller's projects (``upwell.access.principal``), as the API is;
+its cancel and rerun buttons call the API's routes (``handlers.api``) with the same key.
+"""
 
 from __future__ import annotations
-
-import json
 
 import azure.functions as func
 
@@ -16,11 +18,6 @@ CSP = ("default-src 'self'; img-src 'self' data:; style-src 'unsafe-inline'; scr
        "connect-src 'self'")
 
 
-def _json(body, status: int = 200) -> func.HttpResponse:
-    return func.HttpResponse(json.dumps(body, default=str), status_code=status, mimetype="application/json",
-                             headers=NO_STORE)
-
-
 @bp.function_name("dashboard")
 @bp.route(route="dashboard", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def page(req: func.HttpRequest) -> func.HttpResponse:
@@ -31,23 +28,21 @@ def page(req: func.HttpRequest) -> func.HttpResponse:
 @bp.function_name("dashboard_state")
 @bp.route(route="dashboard/api/state", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def state(req: func.HttpRequest) -> func.HttpResponse:
-    return _json(dashboard.snapshot(context.storage(), context.settings()))
+    return context.http_json(lambda: dashboard.snapshot(context.storage(), context.settings(), context.caller(req)))
 
 
 @bp.function_name("dashboard_job")
 @bp.route(route="dashboard/api/jobs/{job_id}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def job(req: func.HttpRequest) -> func.HttpResponse:
-    detail = dashboard.job_detail(context.storage(), req.route_params.get("job_id", ""),
-                                  req.params.get("after", ""))
-    return _json(detail) if detail else _json({"error": "no such job"}, 404)
+    return context.http_json(lambda: dashboard.job_detail(context.job_api(req), req.route_params.get("job_id", ""),
+                                                          req.params.get("after", "")))
 
 
 @bp.function_name("dashboard_report")
 @bp.route(route="dashboard/reports/{job_id}/{*path}", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
 def report(req: func.HttpRequest) -> func.HttpResponse:
-    found = dashboard.report_file(context.storage(), req.route_params.get("job_id", ""),
-                                  req.route_params.get("path", "") or "index.html")
-    if found is None:
-        return func.HttpResponse("no such report file", status_code=404)
-    data, mimetype = found
-    return func.HttpResponse(data, mimetype=mimetype.split(";")[0], headers=NO_STORE)
+    return context.http_json(
+        lambda: dashboard.report_file(context.job_api(req), req.route_params.get("job_id", ""),
+                                      req.route_params.get("path", "") or "index.html"),
+        missing="no such report file",
+        render=lambda found: func.HttpResponse(found[0], mimetype=found[1].split(";")[0], headers=NO_STORE))

@@ -20,4 +20,4 @@ def report(msg: func.QueueMessage) -> None:
         job_id = json.loads(msg.get_body().decode())["job_id"]
     except (ValueError, KeyError, TypeError):
         return  # undecodable: dropping it is safe, the scale timer's reconciler re-enqueues real reports
-    context.settle("report", lambda: publish(context.storage(), job_id))
+    context.settle("report", lambda: publish(context.storage(), job_id, settings=context.settings()))

@@ -49,12 +49,17 @@ class _SafeLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _text(data: bytes, source: str) -> str:
-    """UTF-8 (with or without a BOM) or UTF-16 with a BOM, as editors on any platform save it."""
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise InputRejected(f"{source} is {len(data)} bytes; a manifest or rule may be at most "
+def check_size(size: int, source: str) -> None:
+    """Refuse a document over MAX_DOCUMENT_BYTES (before it is read, where its size is known)."""
+    if size > MAX_DOCUMENT_BYTES:
+        raise InputRejected(f"{source} is {size} bytes; a manifest or rule may be at most "
                             f"{MAX_DOCUMENT_BYTES} (put data in data blobs)", field="size",
                             limit=f"max_document_bytes={MAX_DOCUMENT_BYTES}", source=source)
+
+
+def _text(data: bytes, source: str) -> str:
+    """UTF-8 (with or without a BOM) or UTF-16 with a BOM, as editors on any platform save it."""
+    check_size(len(data), source)
     kind = archive_kind(data[:512])
     if kind:
         raise InputRejected(f"{source} is a {kind} archive; archives are not accepted: upload the files "

@@ -34,10 +34,16 @@ class InputRejected(UpwellError):
         self.row = row
         self.limit = limit
         self.source = source
+        # Every bad row found (upwell.ingest.badrows): [{"row", "field", "message"}], and whether there may be more.
+        self.rows: list[dict] = []
+        self.more_rows = False
 
     def to_dict(self) -> dict:
+        rows = self.rows or ([{"row": self.row, "field": self.field, "message": self.message}]
+                             if self.row is not None else [])
         return {"error": type(self).__name__, "message": self.message, "field": self.field,
-                "row": self.row, "limit": self.limit, "source": self.source}
+                "row": self.row, "limit": self.limit, "source": self.source, "rows": rows,
+                "more_rows": self.more_rows}
 
 
 class RedriveExhausted(InputRejected):
@@ -86,6 +92,15 @@ class IngestLeased(Conflict):
     """Another ingest of the same upload holds the job row's lease and renews it: this one steps back."""
 
 
+class ShardSourceChanged(UpwellError):
+    """A shard that references its data (upwell.shardref) found the original blob changed or gone since
+    ingest pinned it: the shard fails at once, and never runs on other bytes. ``source`` is the blob."""
+
+    def __init__(self, message: str, *, source: str = "", code: str = ""):
+        super().__init__(message)
+        self.message, self.source, self.code = message, source, code
+
+
 class PoolErrorKind(str, Enum):
     QUOTA = "quota"
     CAPACITY = "capacity"
@@ -104,3 +119,39 @@ class PoolError(UpwellError):
         self.kind = kind
         self.retry_after = retry_after
         self.permanent = kind in (PoolErrorKind.QUOTA, PoolErrorKind.AUTH)
+
+
+class AccessError(UpwellError):
+    """A role assignment could not be made, read or removed (``code`` is ARM's error code)."""
+
+    def __init__(self, message: str, *, code: str = "", status: int | None = None):
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+class NotOperator(AccessError):
+    """The caller holds no operator role: it may not register payload definitions or pipeline rules."""
+
+
+class PrincipalInvalid(UpwellError):
+    """An ``X-MS-CLIENT-PRINCIPAL`` header that is not base64 JSON of the App Service shape (HTTP 401)."""
+
+
+class ProjectForbidden(UpwellError):
+    """The caller's projects do not include the job's project (HTTP 403)."""
+
+class StackUnreachable(UpwellError):
+    """The storage (or functions host) a command needs does not answer: the local stack is not running, or
+    is still starting past the bounded wait. The message is one line naming what and how to start it."""
+
+    permanent = False
+
+
+class DeliveryFailed(UpwellError):
+    """A notification could not be delivered (upwell.after.notify): ``status`` the receiver's last HTTP
+    status, None when it never answered. Retried with backoff, then recorded on the job, never raised to
+    the job's own path."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status

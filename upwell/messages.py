@@ -38,6 +38,12 @@ class WorkItem:
     oversubscribe: bool = False  # more ranks on a node than its cores was allowed
     payload_version: str = ""  # the definition's version that ingest validated the params against
     payload_sha256: str = ""  # and its content hash: a worker runs exactly that definition
+    project: str = ""  # the job's project: what the worker writes for it carries the index tag project=<name>
+    # an input_blob ending in "/" is a folder (a reduce's results/<job>/): every <shard>.json in it, and of each
+    # shard's artifacts those matching one of these globs (upwell.after.reduce, workers.staging)
+    input_select: list[str] = field(default_factory=list)
+    # A shard that references its data: the byte range of input_blob at a pinned version (upwell.shardref)
+    input_range: dict[str, Any] | None = None
     schema: int = SCHEMA_VERSION
 
     @property

@@ -48,7 +48,8 @@ def poison_queue(queue: str) -> str:
     return f"{queue}{POISON_SUFFIX}"
 
 
-QUEUES = tuple(work_queue(p) for p in POOLS) + (REPORT_QUEUE,)
+NOTIFY_QUEUE = "notify"  # one message per job event to deliver (upwell.after.notify)
+QUEUES = tuple(work_queue(p) for p in POOLS) + (REPORT_QUEUE, NOTIFY_QUEUE)
 ALL_QUEUES = QUEUES + tuple(poison_queue(q) for q in QUEUES)
 
 # Table storage.
@@ -86,4 +87,7 @@ APP_SETTINGS = (
     "UPWELL_WORKER_IMAGE_CPU",
     "UPWELL_WORKER_IMAGE_GPU",
     "AZURE_CLIENT_ID",
+    "UPWELL_PROJECT_FOLDERS",
+    "UPWELL_EVENTGRID_ENDPOINT",
+    "UPWELL_KEY_VAULT_URL",
 )

@@ -242,6 +242,7 @@ class ShardRow(_Row):
     params: str = "{}"  # JSON, sorted keys
     input_blob: str = ""
     input_sha256: str = ""
+    input_range: str = ""  # JSON of the byte range at a pinned version the shard reads (upwell.shardref)
     result_blob: str = ""
     price_key: str = ""  # the shard's own price key, when it is not its job's
     attempts: int = 0
@@ -259,6 +260,8 @@ class ShardRow(_Row):
     preempted_node_seconds: float = 0.0
     failed_node_seconds: float = 0.0
     cost_usd: float | None = None  # what its attempts cost, set when it ends
+    cpu_s: float = 0.0  # the last attempt's CPU seconds (user + system, the payload and its children)
+    max_rss_mb: float = 0.0  # the last attempt's peak resident set, its largest process (MiB)
     error: str = ""
     stderr_tail: str = ""
     history: str = "[]"  # JSON list of earlier attempts: node, started, finished, status

@@ -113,19 +113,24 @@ def parse_pools(text: str, env: dict[str, str] | None = None) -> dict[str, PoolS
 @dataclass(frozen=True)
 class Settings:
     connection: str = "UseDevelopmentStorage=true"  # AzureWebJobsStorage
-    pools: dict[str, PoolSpec] = field(default_factory=_default_pools)  # UPWELL_POOLS
-    scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE (NCRONTAB; Azure: every 30 s)
-    max_upload_bytes: int = 256 * 1024 * 1024  # UPWELL_MAX_UPLOAD_BYTES
-    max_shards: int = 100_000  # UPWELL_MAX_SHARDS: shards (grid points, row blocks, files) per job
-    max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES
-    max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES
+    # UPWELL_POOLS: the pools, JSON: name -> PoolSpec fields (backend, min_nodes, max_nodes, options ...)
+    pools: dict[str, PoolSpec] = field(default_factory=_default_pools)
+    scale_schedule: str = "*/3 * * * * *"  # UPWELL_SCALE_SCHEDULE: the scale timer (NCRONTAB; Azure: every 30 s)
+    # UPWELL_MAX_UPLOAD_BYTES: the largest upload ingest takes. Ingest streams a drop and its shards reference
+    # it (upwell.shardref), so nothing is held whole in memory: the default fits instrument drops of tens of GB.
+    max_upload_bytes: int = 64 * 1024**3
+    max_shards: int = 100_000  # UPWELL_MAX_SHARDS: the most shards (grid points, row blocks, files) one job may make
+    max_message_bytes: int = 64 * 1024  # UPWELL_MAX_MESSAGE_BYTES: the largest work item (the queue limit is 64 KiB)
+    max_param_bytes: int = 16 * 1024  # UPWELL_MAX_PARAM_BYTES: the largest parameter set of one shard
     max_concurrency: int = 0  # UPWELL_MAX_CONCURRENCY: running shards per job, 0 = no cap
-    image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")  # UPWELL_IMAGE_ALLOWLIST
-    # Registries a pushed payload definition's image may come from (host names; '*' patterns allowed).
-    registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)  # UPWELL_REGISTRY_ALLOWLIST
-    code_version: str = ""  # UPWELL_CODE_VERSION (else git describe)
-    image_digest: str = "local"  # UPWELL_IMAGE_DIGEST
-    reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE (NCRONTAB, every 5 min)
+    # UPWELL_IMAGE_ALLOWLIST: image names the built-in definitions may use (comma-separated)
+    image_allowlist: tuple[str, ...] = ("upwell-mpi", "upwell-gpu")
+    # UPWELL_REGISTRY_ALLOWLIST: registries a pushed definition's image may come from (host names, comma-separated;
+    # '*' patterns allowed).
+    registry_allowlist: tuple[str, ...] = ("*.azurecr.io",)
+    code_version: str = ""  # UPWELL_CODE_VERSION: the code version results record (else git describe)
+    image_digest: str = "local"  # UPWELL_IMAGE_DIGEST: the worker image digest results record
+    reconcile_schedule: str = "0 */5 * * * *"  # UPWELL_RECONCILE_SCHEDULE: the reconciler timer (NCRONTAB, every 5 min)
     reconcile_grace_s: int = 120  # UPWELL_RECONCILE_GRACE_S: younger blobs may still have an event on its way
     reconcile_max_actions: int = 200  # UPWELL_RECONCILE_MAX_ACTIONS: re-drives per pass (the rest: next pass)
     reconcile_max_redrives: int = 3  # UPWELL_RECONCILE_MAX_REDRIVES: then the input is quarantined
@@ -142,12 +147,34 @@ class Settings:
     project: str = "default"  # UPWELL_PROJECT: a job's project when its manifest names none
     # UPWELL_BUDGETS: {"owner": {"lead@lab.org": 50}, "project": {"ocean": 500}}, USD per window
     budgets: dict = field(default_factory=dict)
-    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS
+    budget_window_days: float = 30.0  # UPWELL_BUDGET_WINDOW_DAYS: the window UPWELL_BUDGETS are spent over
     data_wait_s: int = 600  # UPWELL_DATA_WAIT_S: how long a manifest waits for its data/ blobs (0: not at all)
     enqueue_workers: int = 8  # UPWELL_ENQUEUE_WORKERS: work items an ingest has in flight
     # UPWELL_ENQUEUE_PER_S: work items an ingest sends per second at most (0: no cap); Queue Storage's
     # target for one queue is 2,000 messages/s (upwell.ingest.fanout)
     enqueue_per_s: int = 2000
+    # UPWELL_ACCESS_SCOPE: the storage account's resource id that `upwell access` grants roles on (Azure);
+    # empty: the local stack's roles file (UPWELL_ACCESS_FILE)
+    access_scope: str = ""
+    # UPWELL_ACCESS_FILE: the local stack's role assignments; without the file its one user operates it
+    access_file: str = ".upwell/access.json"
+    # UPWELL_PRINCIPAL: who the CLI acts as on the local stack (default: the login name); on Azure the
+    # signed-in identity's object id is read from its token instead
+    principal: str = ""
+    # UPWELL_PROJECT_FOLDERS: a job's project is its upload's first folder (incoming/<project>/); a manifest
+    # naming another is refused. On in the Azure deployment, where the uploaders' role conditions are per folder
+    project_folders: bool = False
+    # UPWELL_PROJECT_ROLES: which projects a signed-in caller may see and act on, by Entra app role or
+    # group object id: {"ocean.members": ["ocean"], "<group id>": ["reef"], "upwell.operator": ["*"]}
+    project_roles: dict = field(default_factory=dict)
+    cli_start_wait_s: int = 20  # UPWELL_CLI_START_WAIT_S: how long a command waits for a stack still starting
+    quarantine_max_rows: int = 100  # UPWELL_QUARANTINE_MAX_ROWS: bad rows a rejected CSV's .error.json lists
+    notify_attempts: int = 5  # UPWELL_NOTIFY_ATTEMPTS: tries of one notification before it is recorded failed
+    notify_backoff_s: float = 2.0  # UPWELL_NOTIFY_BACKOFF_S: wait before the 2nd try, doubling each time after
+    notify_timeout_s: float = 10.0  # UPWELL_NOTIFY_TIMEOUT_S: how long one webhook try waits for an answer
+    secrets_dir: str = ""  # UPWELL_SECRETS_DIR: local folder of webhook secrets, one file per secret name
+    key_vault_url: str = ""  # UPWELL_KEY_VAULT_URL: Key Vault holding webhook secrets by name (Azure)
+    eventgrid_endpoint: str = ""  # UPWELL_EVENTGRID_ENDPOINT: the custom topic job events go to (Azure)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -172,6 +199,8 @@ class Settings:
             kw["registry_allowlist"] = tuple(s.strip() for s in env["UPWELL_REGISTRY_ALLOWLIST"].split(",")
                                              if s.strip())
         kw.update(cost_settings(env))
+        kw.update(access_settings(env))
+        kw.update(after_settings(env))
         return cls(**kw)
 
 
@@ -184,6 +213,21 @@ def cost_settings(env: Mapping[str, str]) -> dict[str, Any]:
         kw["budgets"] = _budgets(env["UPWELL_BUDGETS"])
     if env.get("UPWELL_BUDGET_WINDOW_DAYS"):
         kw["budget_window_days"] = env_float(env, "UPWELL_BUDGET_WINDOW_DAYS", 30.0, minimum=0)
+    return kw
+
+
+def after_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """The notification settings (upwell.after), where set."""
+    kw: dict[str, Any] = {}
+    if env.get("UPWELL_NOTIFY_ATTEMPTS"):
+        kw["notify_attempts"] = env_int(env, "UPWELL_NOTIFY_ATTEMPTS", 5, minimum=1)
+    for name, var in (("notify_backoff_s", "UPWELL_NOTIFY_BACKOFF_S"), ("notify_timeout_s", "UPWELL_NOTIFY_TIMEOUT_S")):
+        if env.get(var):
+            kw[name] = env_float(env, var, 0.0, minimum=0)
+    for name, var in (("secrets_dir", "UPWELL_SECRETS_DIR"), ("key_vault_url", "UPWELL_KEY_VAULT_URL"),
+                      ("eventgrid_endpoint", "UPWELL_EVENTGRID_ENDPOINT")):
+        if env.get(var):
+            kw[name] = env[var]
     return kw
 
 
@@ -201,13 +245,37 @@ def _budgets(text: str) -> dict[str, dict[str, float]]:
     return out
 
 
+def access_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """UPWELL_PROJECT_ROLES, where set (upwell.access.principal reads it)."""
+    return {"project_roles": parse_project_roles(env["UPWELL_PROJECT_ROLES"])} if env.get("UPWELL_PROJECT_ROLES") \
+        else {}
+
+
+def parse_project_roles(text: str) -> dict[str, tuple[str, ...]]:
+    """UPWELL_PROJECT_ROLES: a JSON object of app role or group id -> the projects it opens ("*": all)."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"UPWELL_PROJECT_ROLES is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError('UPWELL_PROJECT_ROLES must be a JSON object like {"ocean.members": ["ocean"]}')
+    out = {}
+    for role, projects in raw.items():
+        projects = [projects] if isinstance(projects, str) else projects
+        if not isinstance(projects, list) or not all(isinstance(p, str) and p for p in projects):
+            raise ConfigError(f"UPWELL_PROJECT_ROLES.{role} must be a project name or a list of them")
+        out[str(role)] = tuple(projects)
+    return out
+
+
 _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL_MAX_SHARDS"),
          ("max_message_bytes", "UPWELL_MAX_MESSAGE_BYTES"), ("max_param_bytes", "UPWELL_MAX_PARAM_BYTES"),
          ("max_concurrency", "UPWELL_MAX_CONCURRENCY"), ("data_wait_s", "UPWELL_DATA_WAIT_S"),
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"),
-         ("enqueue_workers", "UPWELL_ENQUEUE_WORKERS"), ("enqueue_per_s", "UPWELL_ENQUEUE_PER_S"))
-_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"),)
+         ("enqueue_workers", "UPWELL_ENQUEUE_WORKERS"), ("enqueue_per_s", "UPWELL_ENQUEUE_PER_S"),
+         ("cli_start_wait_s", "UPWELL_CLI_START_WAIT_S"), ("quarantine_max_rows", "UPWELL_QUARANTINE_MAX_ROWS"))
+_BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"), ("project_folders", "UPWELL_PROJECT_FOLDERS"))
 
 
 def _text(env: Mapping[str, str], var: str) -> str:
@@ -215,7 +283,9 @@ def _text(env: Mapping[str, str], var: str) -> str:
 _TEXTS = (("scale_schedule", "UPWELL_SCALE_SCHEDULE"), ("reconcile_schedule", "UPWELL_RECONCILE_SCHEDULE"),
           ("reconcile_source", "UPWELL_RECONCILE_SOURCE"),
           ("code_version", "UPWELL_CODE_VERSION"),
-          ("image_digest", "UPWELL_IMAGE_DIGEST"))
+          ("image_digest", "UPWELL_IMAGE_DIGEST"),
+          ("access_scope", "UPWELL_ACCESS_SCOPE"), ("access_file", "UPWELL_ACCESS_FILE"),
+          ("principal", "UPWELL_PRINCIPAL"))
 
 
 def env_int(env: Mapping[str, str], var: str, default: int, *, minimum: int | None = None) -> int:
@@ -268,4 +338,4 @@ def _reconcile_source(env: Mapping[str, str], var: str) -> str:
     return value
 
 
-_PARSE = {"scale_on_ingest": env_bool, "reconcile_source": _reconcile_source}
+_PARSE = {"scale_on_ingest": env_bool, "reconcile_source": _reconcile_source, "project_folders": env_bool}

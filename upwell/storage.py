@@ -9,6 +9,7 @@ SDK errors are translated here and only here.
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from collections.abc import Iterator
@@ -94,7 +95,10 @@ def storage_error(exc: BaseException, what: str) -> UpwellError:
 
 
 class Storage:
-    """Clients for one storage account. Keeps only the three service clients."""
+    """Clients for one storage account. Keeps the three service clients, and the blob index tags that its
+    ``write`` and ``put`` set on every blob (none, or a job's project: ``for_project``)."""
+
+    tags: dict[str, str] = {}
 
     def __init__(self, connection: str | None = None, env: dict[str, str] | None = None):
         env = dict(os.environ if env is None else env)
@@ -118,6 +122,15 @@ class Storage:
         self.blobs = BlobServiceClient(blob_uri, credential=cred)
         self.queues = QueueServiceClient(_service_uri(env, prefix, "queue"), credential=cred)
         self.tables = TableServiceClient(endpoint=_service_uri(env, prefix, "table"), credential=cred)
+
+    def for_project(self, project: str) -> Storage:
+        """The same clients, writing every blob with the index tag project=<project> (upwell.access.tags):
+        what upwell writes for a job carries its project, which the viewers' role conditions test."""
+        from upwell.access.tags import project_tags
+
+        view = copy.copy(self)
+        view.tags = project_tags(project)
+        return view
 
     # -- setup ---------------------------------------------------------------
     def ensure(self) -> None:
@@ -165,6 +178,8 @@ class Storage:
         """Upload; with overwrite=False it is a conditional create and returns False if it existed."""
         container, name = split_path(path)
         kwargs: dict[str, Any] = {"metadata": metadata}
+        if self.tags:
+            kwargs["tags"] = self.tags
         if content_type:
             kwargs["content_settings"] = ContentSettings(content_type=content_type)
         try:
@@ -187,7 +202,8 @@ class Storage:
         """Upload, replacing any blob of that name; returns the new blob's ETag."""
         container, name = split_path(path)
         try:
-            return str(self.blob(container, name).upload_blob(data, overwrite=True, metadata=metadata)["etag"])
+            return str(self.blob(container, name).upload_blob(data, overwrite=True, metadata=metadata,
+                                                              **({"tags": self.tags} if self.tags else {}))["etag"])
         except AzureError as exc:
             raise storage_error(exc, f"write {path}") from None
 
@@ -199,16 +215,22 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"properties of {path}") from None
 
-    def chunks(self, path: str, *, etag: str | None = None) -> Iterator[bytes]:
+    def chunks(self, path: str, *, etag: str | None = None, offset: int | None = None, length: int | None = None,
+               version_id: str | None = None) -> BlobChunks:
         """The blob's content, chunk by chunk as the caller iterates; with ``etag``, only that version
-        (Conflict when it changed). A missing blob raises NotFound here, before the first chunk."""
+        (Conflict when it changed); with ``offset`` and ``length``, only that range (one ranged Get Blob);
+        with ``version_id``, that version of a versioned account (immutable: no condition needed). A missing
+        blob raises NotFound here, before the first chunk. The chunks carry the version they read (``etag``,
+        ``version_id``): the SDK asks for every chunk after the first on that ETag."""
         container, name = split_path(path)
         condition: dict[str, Any] = {"etag": etag, "match_condition": MatchConditions.IfNotModified} if etag else {}
+        if version_id:
+            condition = {"version_id": version_id}
         try:
-            downloader = self.blob(container, name).download_blob(**condition)
+            downloader = self.blob(container, name).download_blob(offset, length, **condition)
         except AzureError as exc:
             raise storage_error(exc, f"read {path}") from None
-        return _funnelled(downloader.chunks(), f"read {path}")
+        return BlobChunks(downloader, f"read {path}")
 
     def delete(self, path: str, *, etag: str | None = None) -> None:
         """Delete a blob and its snapshots; with ``etag``, only that version (Conflict when it changed,
@@ -268,12 +290,29 @@ class Storage:
         except AzureError as exc:
             raise storage_error(exc, f"exists {path}") from None
 
-    def list(self, container: str, prefix: str | None = None) -> Iterator[Any]:
-        """The blobs under ``prefix``, listed page by page as the caller iterates."""
+    def list(self, container: str, prefix: str | None = None, *, metadata: bool = False) -> Iterator[Any]:
+        """The blobs under ``prefix``, listed page by page as the caller iterates; with ``metadata``, each with
+        its metadata (List Blobs ``include=metadata``)."""
         try:
-            yield from self.container(container).list_blobs(name_starts_with=prefix)
+            yield from self.container(container).list_blobs(name_starts_with=prefix,
+                                                            include=["metadata"] if metadata else None)
         except AzureError as exc:
             raise storage_error(exc, f"list {container}/{prefix or ''}") from None
+
+
+class BlobChunks:
+    """A download's chunks as the caller iterates, SDK errors funnelled into upwell errors; ``etag`` and
+    ``version_id``: the version the first response came from, which every later chunk request is
+    conditioned on (azure-storage-blob ``_download.py`` sets If-Match to it)."""
+
+    def __init__(self, downloader: Any, what: str):
+        props = downloader.properties
+        self.etag: str = str(props.etag or "")
+        self.version_id: str = str(getattr(props, "version_id", None) or "")
+        self._chunks, self._what = downloader.chunks(), what
+
+    def __iter__(self) -> Iterator[bytes]:
+        return _funnelled(self._chunks, self._what)
 
 
 def _funnelled(chunks: Iterator[bytes], what: str) -> Iterator[bytes]:

@@ -40,7 +40,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from upwell.cost import wallclock
-from upwell.errors import InputRejected, UpwellError
+from upwell.errors import InputRejected, ShardSourceChanged, UpwellError
 from upwell.rows import JobRow, JobState, ShardRow
 
 
@@ -172,6 +172,8 @@ def _defer(cap: int, config: AttemptConfig) -> Verdict:
 
 
 def _after_error(error: UpwellError, config: AttemptConfig) -> Verdict:
+    if isinstance(error, ShardSourceChanged):  # the pinned bytes are gone: no attempt can run on them
+        return Verdict(VerdictKind.POISON, reason=f"{type(error).__name__}: {error.message}")
     if isinstance(error, InputRejected):  # unregistered payload, bad parameters: retrying cannot help
         return Verdict(VerdictKind.POISON, reason=f"rejected by the payload: {error.message}")
     how = "permanent" if error.permanent else "transient"

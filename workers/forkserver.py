@@ -4,9 +4,10 @@ still runs in a process of its own, as a container would.
 
 Protocol, one JSON object per line: the launcher writes ``{"module", "argv", "cwd", "env", "stdout",
 "stderr"}`` to the server's stdin; the server forks and answers ``{"pid": n}`` (or ``{"error": text}``),
-and later ``{"exit": n, "code": c}`` when that child ends (``c`` as ``Popen.returncode``: negative for a
-signal). The child starts a session of its own (the launcher signals its group), dies with the server
-(PR_SET_PDEATHSIG), and the server dies with the agent that started it, so no payload outlives its agent.
+and later ``{"exit": n, "code": c, "cpu_s": s, "max_rss_mb": m}`` when that child ends (``c`` as
+``Popen.returncode``: negative for a signal; its CPU seconds and peak RSS from wait4). The child starts a
+session of its own (the launcher signals its group), dies with the server (PR_SET_PDEATHSIG), and the
+server dies with the agent that started it, so no payload outlives its agent.
 
     python -m workers.forkserver   (started by workers.launch.WarmRunner)
 """
@@ -80,13 +81,15 @@ def _reply(obj: dict) -> None:
 def _reap(children: set[int]) -> None:
     while children:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, ru = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
         children.discard(pid)
-        _reply({"exit": pid, "code": -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)})
+        # wait4's usage: the child's CPU seconds and peak RSS (KiB), as workers.procs.Usage reads them
+        _reply({"exit": pid, "code": -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status),
+                "cpu_s": round(ru.ru_utime + ru.ru_stime, 3), "max_rss_mb": round(ru.ru_maxrss / 1024, 1)})
 
 
 def serve() -> None:

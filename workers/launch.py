@@ -110,7 +110,7 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
     status = "preempted" if gang.stopped_by_slurm(proc.returncode, int(item.nodes)) else \
         _status(proc.returncode, workdir, outcome)
     return _result(workdir, status, proc.returncode, before, streams.tail(), time.monotonic() - started,
-                   timed_out=outcome.timed_out, cpu_wait_s=outcome.cpu_wait_s)
+                   timed_out=outcome.timed_out, cpu_wait_s=outcome.cpu_wait_s).measured(outcome)
 
 
 def validate_params(spec: registry.PayloadSpec, params: dict[str, Any]) -> dict[str, Any]:

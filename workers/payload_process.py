@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING
 
 from upwell import logs
 from workers import warm
-from workers.procs import die_with_parent, shielded_child, signal_group
+from workers.procs import die_with_parent, reap, shielded_child, signal_group
 
 if TYPE_CHECKING:
     from workers.supervision import NodeClock
@@ -95,6 +95,8 @@ class Outcome:
     timed_out: bool = False
     signals: list[str] = field(default_factory=list)
     cpu_wait_s: float = 0.0  # what the node clock's watch counted; 0 when nothing watched
+    cpu_s: float | None = None  # the payload's CPU seconds and peak RSS (workers.procs.Usage); None: not known
+    max_rss_mb: float | None = None
 
 
 def supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick: Callable[[], None] | None,
@@ -105,7 +107,8 @@ def supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick: 
     start_at = next_tick = time.monotonic()
     ladder: list[tuple[float, signal.Signals]] = []
     watch = clock.watch(proc.pid) if clock is not None else None
-    while proc.poll() is None:
+    ended = _wait(proc, 0, outcome)
+    while not ended:
         now = time.monotonic()
         if watch is not None:
             watch.sample(now)
@@ -119,13 +122,28 @@ def supervise(proc: subprocess.Popen, *, stop: threading.Event | None, on_tick: 
             ladder = _ladder(now, stop_signal, grace_s)
         while ladder and ladder[0][0] <= now:
             signal_group(proc, ladder.pop(0)[1], outcome.signals)
-        try:  # a watched payload is polled finely at first: a 0.1 s payload would end between two 0.1 s polls
-            proc.wait(timeout=0.01 if watch is not None and now - start_at < FINE_S else 0.1)
-        except subprocess.TimeoutExpired:
-            pass
+        # A watched payload is polled finely at first: a 0.1 s payload would end between two 0.1 s polls.
+        ended = _wait(proc, 0.01 if watch is not None and now - start_at < FINE_S else 0.1, outcome)
     signal_group(proc, signal.SIGKILL, None)  # stragglers left in the group
     outcome.cpu_wait_s = round(watch.seconds, 3) if watch is not None else 0.0
     return outcome
+
+
+def _wait(proc, timeout: float, outcome: Outcome) -> bool:
+    """Wait up to ``timeout`` s for the payload to end; True once it has, its usage then in ``outcome``.
+    A process of ours is reaped with wait4 (``workers.procs.reap``); a warm one's usage comes from the
+    forkserver that reaped it."""
+    if isinstance(proc, subprocess.Popen):
+        used = reap(proc, timeout)
+    else:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        used = getattr(proc, "usage", None)
+    if used is not None:
+        outcome.cpu_s, outcome.max_rss_mb = used.cpu_s, used.max_rss_mb
+    return proc.returncode is not None
 
 
 def _ladder(now: float, stop_signal: signal.Signals, grace_s: float) -> list[tuple[float, signal.Signals]]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +52,8 @@ def signal_group(proc: subprocess.Popen, signum: signal.Signals, sent: list[str]
     ``sent`` collects the names of the signals that were delivered."""
     # MPI ranks run in sessions of their own; a SIGKILL must reach them before mpiexec
     # dies and they are re-parented out of reach.
-    strays = descendants(proc.pid) if signum == signal.SIGKILL and proc.poll() is None else []
+    # returncode, not poll(): a poll here could reap the child and lose its resource usage (reap).
+    strays = descendants(proc.pid) if signum == signal.SIGKILL and proc.returncode is None else []
     try:
         os.killpg(proc.pid, signum)
     except (ProcessLookupError, PermissionError):
@@ -80,3 +83,38 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a payload process used, as Linux counts it when its parent reaps it (wait4(2)): CPU seconds,
+    user plus system, of the process and every descendant it waited for (mpiexec's ranks, a tool's
+    children); and the peak resident set of the largest of them (``ru_maxrss``, KiB on Linux), in MiB."""
+
+    cpu_s: float
+    max_rss_mb: float
+
+    @classmethod
+    def of(cls, ru) -> Usage:
+        return cls(round(ru.ru_utime + ru.ru_stime, 3), round(ru.ru_maxrss / 1024, 1))
+
+
+def reap(proc: subprocess.Popen, timeout: float) -> Usage | None:
+    """Wait up to ``timeout`` s for ``proc`` to end; when it has, reap it with wait4 (setting
+    ``proc.returncode`` as Popen would) and return its Usage. None while it runs, or when it was
+    reaped elsewhere (then Popen's own poll settles its returncode)."""
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None:
+        try:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            proc.poll()
+            return None
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return Usage.of(ru)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(0.01, left))  # Popen.wait(timeout) polls the same way, up to 50 ms apart
+    return None

@@ -51,18 +51,23 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             if started else 0.0,
             "nodes": _nodes(item),
             "cpu_wait_s": cpu_wait_s,
+            # The payload's CPU seconds and peak RSS (workers.procs.Usage); None where not measured.
+            "cpu_s": getattr(launch, "cpu_s", None),
+            "max_rss_mb": getattr(launch, "max_rss_mb", None),
             "queue_wait_s": seconds_between(queued, shard.first_started_at or started),
             "checkpoints": shard.checkpoints + int(getattr(launch, "checkpoints", 0) or 0),
             "preemptions": shard.preemptions,
             "attempt": item.attempt,
             "resumed_from": getattr(launch, "resumed_from", None),
+            "fresh_start": getattr(launch, "checkpoint_note", "") or "",  # a checkpoint dropped, and why
             "preempted_node_seconds": shard.preempted_node_seconds,
             "failed_node_seconds": shard.failed_node_seconds,
         },
         "node": node,
         "provenance": {
             "code_version": settings.code_version or provenance.code_version(),
-            "image_digest": definition.get("image_digest") or settings.image_digest,
+            "image_digest": provenance.image_digest(definition.get("image_digest", ""), settings.image_digest),
+            "tool_version": definition.get("tool_version", ""),  # the definition's version_command said
             "definition": {k: v for k, v in definition.items() if k != "report"},
             "input_sha256": input_sha,
             "manifest_hash": job.manifest_hash,

@@ -2,8 +2,8 @@
 
 Nothing here decides; it does what the verdict says, in the order that keeps "nothing lost":
 - DONE: acknowledge only.
-- SUCCEEDED: checkpoint and artifacts out, the result (conditional create), the concurrency slot
-  released, then acknowledge.
+- SUCCEEDED: artifacts out (no checkpoint: nothing resumes a success), the result (conditional create),
+  the concurrency slot released, then acknowledge.
 - POISON, DROP: the failure recorded as the shard's result (collect counts it), a poison copy first,
   then acknowledge. An undecodable message has no result to write: it is only copied and acknowledged.
 - CANCELLED: any checkpoint kept (a re-run resumes from it), the shard marked, acknowledge.
@@ -67,7 +67,7 @@ class Settler:
 
     def _succeeded(self, hand: Hand, verdict: Verdict, result, input_path: Path | None, _: Any) -> str:
         item, finished = hand.item, now_iso()
-        self.staging.checkpoint_out(item, result.checkpoint_dir)
+        # No checkpoint out: nothing resumes a success (a rerun of it starts fresh, upwell.lifecycle.rerun).
         artifacts = self.staging.stage_out(item, result.artifacts, result.checkpoint_dir.parent / "out")
         doc = results.document(item, "succeeded", shard=hand.shard, job=hand.job, node=self.node.describe(),
                                started=hand.started, finished=finished, launch=result, input_path=input_path,
@@ -101,7 +101,7 @@ class Settler:
         item = hand.item
         if not hand.cap:
             results.note_row(doc, hand.seen_row())
-        results.write(self.storage, item, doc)
+        results.write(self.storage.for_project(item.project), item, doc)
         if hand.cap:
             self.ledger.shard_released(item.job_id, item.shard_id)
 

@@ -1,14 +1,19 @@
 """Staging: an attempt's files between storage and the node's scratch folder.
 
-In: the shard's input blob, and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may
-exist (``may_resume``). Out: the checkpoint files an attempt wrote (preempted, cancelled or succeeded),
-the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names leaves its work
-dir, and every name is made one harmless segment (``safe_name``), so a hostile output or checkpoint name
-cannot write outside the shard's prefix.
+In: the shard's input blob (or a folder of them: a reduce's results, ``stage_folder``; or, for a shard that
+references its data, its byte range of the pinned original with the header before it: ``upwell.shardref``),
+and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may exist (``may_resume``). Out: the
+checkpoint an attempt left when it may be resumed (preempted or cancelled; only what changed is sent, and only
+the newest is kept), the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names
+leaves its work dir, and every name is made one harmless segment (``safe_name``), so a hostile output or
+checkpoint name cannot write outside the shard's prefix.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
+import hashlib
 import re
 import shutil
 import tempfile
@@ -19,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from upwell import names
-from upwell.errors import UpwellError
+from upwell.errors import Conflict, NotFound, ShardSourceChanged, UpwellError
 from upwell.messages import WorkItem
 from upwell.rows import ShardRow
+from upwell.shardref import ShardRef, normalize
 from upwell.storage import Storage
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
@@ -49,11 +55,52 @@ class Staging:
         """The shard's input blob under root/input/; None when the item has none."""
         if not item.input_blob:
             return None
+        if item.input_blob.endswith("/"):
+            return self.stage_folder(item, root / "input")
         dest = root / "input" / Path(item.input_blob).name
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "wb") as fh:
-            self.storage.download(item.input_blob, fh)
+            if item.input_range:
+                self._ranged(item, ShardRef.from_dict(item.input_range), fh)
+            else:
+                self.storage.download(item.input_blob, fh)
         return dest
+
+    def stage_folder(self, item: WorkItem, dest: Path) -> Path:
+        """A folder input (a reduce's ``results/<job>/``) into ``dest``: every ``<shard>.json`` directly under
+        the prefix, and each ``<shard>/<artifact>`` whose name matches one of ``item.input_select``."""
+        container, prefix = item.input_blob.split("/", 1)
+        dest.mkdir(parents=True, exist_ok=True)
+        for b in self.storage.list(container, prefix):
+            parts = b.name[len(prefix):].split("/")
+            wanted = (len(parts) == 1 and parts[0].endswith(".json")) or \
+                (len(parts) == 2 and any(fnmatch.fnmatchcase(parts[1], g) for g in item.input_select))
+            path = _inside(dest, "/".join(parts)) if wanted else None
+            if path is None:
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as fh:
+                self.storage.download(f"{container}/{b.name}", fh)
+        return dest
+
+    def _ranged(self, item: WorkItem, ref: ShardRef, fh) -> None:
+        """A shard that references its data (upwell.shardref): the range of the pinned version, header first.
+        ShardSourceChanged when the original changed (412) or is gone (404): never a run on other bytes."""
+        span = (ref.offset, ref.length) if ref.length else (None, None)
+        try:
+            chunks = self.storage.chunks(item.input_blob, etag=ref.etag, offset=span[0], length=span[1],
+                                         version_id=ref.version_id or None)
+            for piece in normalize(chunks, ref):
+                fh.write(piece)
+        except (Conflict, NotFound) as exc:
+            # If-Match on a deleted blob may answer 412 as well as 404: ask which it is, for the message
+            gone = isinstance(exc, NotFound) or not self.storage.exists(item.input_blob)
+            how = "is gone" if gone else "was overwritten"
+            pinned = f"version {ref.version_id}" if ref.version_id else f"ETag {ref.etag}"
+            raise ShardSourceChanged(f"the shard's input {item.input_blob} {how} since ingest pinned it "
+                                     f"({pinned}); the shard reads bytes {ref.offset}-{ref.offset + ref.length} "
+                                     "of that version only, so it does not run", source=item.input_blob,
+                                     code=exc.code) from None
 
     def checkpoint_in(self, item: WorkItem, root: Path) -> Path | None:
         """The kept checkpoint files under root/resume/; None when there are none. A blob name that would
@@ -74,17 +121,34 @@ class Staging:
         return dest
 
     def checkpoint_out(self, item: WorkItem, ckpt: Path | None) -> int:
-        """Upload the regular files of ``ckpt`` (not ``*.tmp``, a write in progress); how many."""
+        """Make the shard's stored checkpoint the regular files of ``ckpt`` (not ``*.tmp``, a write in
+        progress): upload each whose content differs from the stored blob's (the sha256 in its metadata),
+        then delete the stored blobs ``ckpt`` no longer has (an older restart file), so only the newest
+        checkpoint is kept and an unchanged file is never sent twice. Nothing is deleted before the new files
+        are up, and an attempt that left no files leaves the stored checkpoint alone. How many files it has."""
         if not ckpt or not Path(ckpt).is_dir():
             return 0
-        n = 0
-        for path in sorted(Path(ckpt).rglob("*")):
-            if _regular(path, ckpt) and not path.name.endswith(".tmp"):
-                rel = "/".join(safe_name(part) for part in path.relative_to(ckpt).parts)
-                with open(path, "rb") as fh:
-                    self.storage.write(f"{item.checkpoint_prefix}{rel}", fh)
-                n += 1
-        return n
+        files = {"/".join(safe_name(part) for part in path.relative_to(ckpt).parts): path
+                 for path in sorted(Path(ckpt).rglob("*")) if _regular(path, ckpt) and not path.name.endswith(".tmp")}
+        if not files:
+            return 0
+        prefix = item.checkpoint_prefix.split("/", 1)[1]
+        stored = {b.name[len(prefix):]: (b.metadata or {}).get("sha256", "")
+                  for b in self.storage.list(names.CHECKPOINTS, prefix, metadata=True)}
+        uploaded = 0
+        for rel, path in files.items():
+            digest = _sha256(path)
+            if stored.pop(rel, None) == digest:
+                continue
+            with open(path, "rb") as fh:
+                self.storage.for_project(item.project).write(f"{item.checkpoint_prefix}{rel}", fh,
+                                                               metadata={"sha256": digest})
+            uploaded += 1
+        for rel in stored:
+            with contextlib.suppress(NotFound):  # gone already (a duplicate attempt's cleanup)
+                self.storage.delete(f"{item.checkpoint_prefix}{rel}")
+        self.log.info("agent.checkpoint_out", files=len(files), uploaded=uploaded, deleted=len(stored))
+        return len(files)
 
     def stage_out(self, item: WorkItem, artifacts, out_dir: Path) -> dict[str, str]:
         """Upload each artifact that is a regular file inside ``out_dir``; name -> blob."""
@@ -96,7 +160,7 @@ class Staging:
             name = safe_name(Path(path).name)
             blob = f"{item.result_prefix}/{name}"
             with open(path, "rb") as fh:
-                self.storage.write(blob, fh)
+                self.storage.for_project(item.project).write(blob, fh)
             out[name] = blob
         return out
 
@@ -113,7 +177,7 @@ class Staging:
             return
         try:
             with open(path, "rb") as fh:
-                self.storage.write(f"{item.result_prefix}/payload.log", fh)
+                self.storage.for_project(item.project).write(f"{item.result_prefix}/payload.log", fh)
         except UpwellError as exc:
             self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200], code=exc.code)
 
@@ -142,6 +206,14 @@ def _inside(root: Path, rel: str) -> Path | None:
     path = root.joinpath(*parts)
     base = root.resolve()
     return path if path.resolve().is_relative_to(base) and path.resolve() != base else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _regular(path: Path, root: Path) -> bool:

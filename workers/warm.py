@@ -15,7 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-from workers.procs import REPO_ROOT, die_with_parent
+from workers.procs import REPO_ROOT, Usage, die_with_parent
 
 TAIL_BYTES = 4096
 
@@ -33,6 +33,7 @@ class WarmRunner:
         self.cond = threading.Condition()
         self.replies: list[dict] = []
         self.exits: dict[int, int] = {}
+        self.usage: dict[int, Usage] = {}  # what each child used, as the forkserver reaped it
         ready = json.loads(self.proc.stdout.readline() or b"{}")
         if "ready" not in ready:
             raise RuntimeError("the warm runner did not start")
@@ -47,6 +48,8 @@ class WarmRunner:
             with self.cond:
                 if "exit" in msg:
                     self.exits[msg["exit"]] = msg["code"]
+                    if "cpu_s" in msg:
+                        self.usage[msg["exit"]] = Usage(float(msg["cpu_s"]), float(msg["max_rss_mb"]))
                 else:
                     self.replies.append(msg)
                 self.cond.notify_all()
@@ -85,6 +88,12 @@ class WarmProcess:
 
     def __init__(self, runner: WarmRunner, pid: int) -> None:
         self.runner, self.pid, self.returncode = runner, pid, None
+
+    @property
+    def usage(self) -> Usage | None:
+        """Its CPU seconds and peak RSS once it ended (the forkserver reaps it with wait4)."""
+        with self.runner.cond:
+            return self.runner.usage.pop(self.pid, None) if self.returncode is not None else None
 
     def poll(self) -> int | None:
         if self.returncode is None:

@@ -40,6 +40,14 @@ class LaunchResult:
     definition: dict[str, Any] = field(default_factory=dict)  # name, version, sha256, image digest (provenance)
     cpu_wait_s: float = 0.0  # how long the payload waited for a CPU it was ready to use (the node clock's watch)
     hosts: list[str] = field(default_factory=list)  # a gang's: the allocation's hosts its ranks ran over (workers.gang)
+    cpu_s: float | None = None  # the payload's CPU seconds (user + system, its children included; workers.procs.Usage)
+    max_rss_mb: float | None = None  # its largest process's peak resident set, MiB
+
+    def measured(self, outcome: Any) -> LaunchResult:
+        """This result with the usage the supervision measured (``workers.payload_process.Outcome``)."""
+        self.cpu_s, self.max_rss_mb = outcome.cpu_s, outcome.max_rss_mb
+        return self
+    checkpoint_note: str = ""  # why a checkpoint that was there was not resumed from (workers.checkpoints)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

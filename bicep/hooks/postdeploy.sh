@@ -62,3 +62,14 @@ done
 
 echo "postdeploy: Event Grid delivers BlobCreated events to the blob-triggered functions"
 echo "postdeploy: blobs uploaded before now had no event; the reconciler picks them up"
+
+# The sign-in app registration (preprovision) gets the deployed app's callback for built-in authentication.
+if [ -n "${UPWELL_AUTH_CLIENT_ID:-}" ]; then
+  az ad app update --id "$UPWELL_AUTH_CLIENT_ID" \
+    --web-redirect-uris "https://$AZURE_FUNCTION_APP_HOST/.auth/login/aad/callback" --only-show-errors
+  echo "postdeploy: sign-in redirects to https://$AZURE_FUNCTION_APP_HOST/.auth/login/aad/callback"
+fi
+
+# The pools' worker images by digest, so that results record the image that really ran (imagedigest.sh).
+"$here/imagedigest.sh" || echo "postdeploy: the worker images are not pinned by digest; run" \
+  "./bicep/hooks/imagedigest.sh once they are built" >&2

@@ -9,7 +9,9 @@
 #     the azd environment, passed as a @secure() parameter);
 #  5. asks for the environment's Key Vault to be recovered when `azd down` left it
 #     soft-deleted: purge protection keeps its name reserved, so creating it again
-#     would fail.
+#     would fail;
+#  6. makes the Entra ID app registration that the Function App's built-in authentication
+#     signs people in with (once per environment: UPWELL_AUTH_CLIENT_ID; docs/access.md).
 set -eu
 
 command -v az >/dev/null 2>&1 || { echo "preprovision: the az CLI is required (docs/deploy.md)" >&2; exit 1; }
@@ -64,4 +66,14 @@ fi
 azd env set UPWELL_KEY_VAULT_RECOVER "$recover"
 if [ "$recover" = true ]; then
   echo "preprovision: the environment's Key Vault is soft-deleted (azd down); this provision recovers it"
+fi
+
+if [ -z "${UPWELL_AUTH_CLIENT_ID:-}" ]; then
+  # Sign-in for the dashboard and the API: ID tokens for the browser flow, api://<client id> for API callers.
+  # The redirect URI needs the app's host name, so postdeploy adds it.
+  app=$(az ad app create --display-name "upwell-${AZURE_ENV_NAME:-env}" --sign-in-audience AzureADMyOrg \
+          --enable-id-token-issuance true --query appId -o tsv)
+  az ad app update --id "$app" --identifier-uris "api://$app"
+  azd env set UPWELL_AUTH_CLIENT_ID "$app"
+  echo "preprovision: made the sign-in app registration $app (UPWELL_AUTH_CLIENT_ID)"
 fi

@@ -42,6 +42,13 @@ param instanceMemoryMB int = 2048
 @description('Always-ready instances for the blob trigger group (ingest, collect); 0 = scale from zero.')
 param blobAlwaysReady int = 0
 
+@description('Client id of the Entra ID app registration that signs people in to the dashboard and the API (built-in authentication, authsettingsV2).')
+@minLength(36)
+param authClientId string
+
+@description('Entra ID tenant that issues the sign-in tokens.')
+param authTenantId string = subscription().tenantId
+
 resource plan 'Microsoft.Web/serverfarms@2025-03-01' = {
   // checkov:skip=CKV_AZURE_225: Flex Consumption zone redundancy exists only in some regions and would make the template fail elsewhere; the functions keep no state (it is in ZRS storage) and Event Grid retries for 24 h.
   name: planName
@@ -118,6 +125,51 @@ resource site 'Microsoft.Web/sites@2025-03-01' = {
       runtime: {
         name: 'python'
         version: '3.11'
+      }
+    }
+  }
+}
+
+// Built-in authentication (Easy Auth): every request needs an Entra ID sign-in; a browser without one is
+// sent to the sign-in page and an API client gets 401 (Easy Auth answers 401 to requests that cannot follow a
+// redirect). The signed-in principal reaches the functions in X-MS-CLIENT-PRINCIPAL. Only the blobs
+// extension's webhook is left out: Event Grid delivers blob events there and cannot sign in; the system key
+// authenticates it. Function keys stay for automation, which signs in as an app (client credentials) too.
+resource auth 'Microsoft.Web/sites/config@2025-03-01' = {
+  // checkov:skip=CKV_AZURE_13: checkov reads the legacy authsettings shape (properties.enabled); authsettingsV2 keeps it in platform.enabled, which CKV_UPW_8 checks with requireAuthentication, the Entra ID provider and no anonymous access.
+  // checkov:skip=CKV_AZURE_222: checkov applies its site checks to every sites/config; public network access is the site's (skipped there: Event Grid's webhook needs it).
+  // checkov:skip=CKV_AZURE_63: a site-configuration check that checkov applies to every sites/config; authsettingsV2 has no HTTP logging setting (the host logs to Application Insights).
+  // checkov:skip=CKV_AZURE_65: as CKV_AZURE_63: detailed error messages are a site-configuration setting, not one of authsettingsV2.
+  // checkov:skip=CKV_AZURE_66: as CKV_AZURE_63: failed request tracing is a site-configuration setting, not one of authsettingsV2.
+  // checkov:skip=CKV_AZURE_80: as CKV_AZURE_63: the .NET Framework version is a site-configuration setting; the app runs Python.
+  // checkov:skip=CKV_AZURE_88: as CKV_AZURE_63: Azure Files mounts are a site-configuration setting; the app keeps no files (its state is in storage).
+  parent: site
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: true
+      unauthenticatedClientAction: 'RedirectToLoginPage'
+      redirectToProvider: 'azureactivedirectory'
+      excludedPaths: [
+        '/runtime/webhooks/blobs'
+      ]
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: authClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${authTenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            'api://${authClientId}'
+            authClientId
+          ]
+        }
       }
     }
   }

@@ -122,8 +122,11 @@ var functionStorageRoles = [
   storageTableDataContributor
 ]
 
+// Workers hold Storage Blob Data Owner, not Contributor: the results, artifacts and checkpoints they write
+// carry the blob index tag project=<name> (issue 27), and setting index tags is blobs/tags/write, which of
+// the built-in data roles only Owner has. The payloadsReadOnly condition applies to it as to every write role.
 var workerStorageRoles = [
-  storageBlobDataContributor
+  storageBlobDataOwner
   storageQueueDataContributor
   storageTableDataContributor
 ]

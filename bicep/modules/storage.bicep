@@ -137,6 +137,10 @@ resource blobService 'Microsoft.Storage/storageAccounts/blobServices@2025-08-01'
   }
 }
 
+// No rule touches incoming/: a row-block or whole-file shard reads its bytes from the upload itself, at the
+// ETag ingest pinned (upwell/shardref.py), for as long as the job runs or is re-run. A lifecycle filter can
+// only include blobs (prefixMatch, blobIndexMatch), never exclude those an open job still reads, so the
+// originals go with their job instead: `upwell delete` and `upwell prune` remove the upload with its rows.
 @description('Days after its last change that a blob in each of these containers is deleted: results are kept longest, shards and checkpoints are scratch. The ledger rows go with `upwell prune`.')
 param expireAfterDays object = {
   results: 180

@@ -15,7 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(os.environ.get("UPWELL_IAC_VENV", ROOT / ".venv-iac"))
 BAD_DIR = ROOT / "tests" / "data" / "bicep_bad"
-CUSTOM_CHECKS = ("CKV_UPW_1", "CKV_UPW_2", "CKV_UPW_3", "CKV_UPW_4", "CKV_UPW_5", "CKV_UPW_6", "CKV_UPW_7")
+CUSTOM_CHECKS = ("CKV_UPW_1", "CKV_UPW_2", "CKV_UPW_3", "CKV_UPW_4", "CKV_UPW_5", "CKV_UPW_6", "CKV_UPW_7",
+                 "CKV_UPW_8")
 
 
 class IacVenvMissing(RuntimeError):

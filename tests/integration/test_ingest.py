@@ -77,8 +77,11 @@ def test_instrument_drop_sharded_by_rule(store):
     out = Ingestor(store, Settings()).ingest(up.blob)
     assert out.status == "accepted" and out.shards == 4
     items = _drain(store, "cpu")
-    assert all(i.payload == "welch" and i.input_blob.startswith(f"shards/{out.job_id}/") for i in items)
-    rows = sum(store.read(i.input_blob).count(b"\n") - 1 for i in items)
+    # each shard is a byte range of the drop itself (upwell.shardref), nothing is copied under shards/
+    assert all(i.payload == "welch" and i.input_blob == f"incoming/{up.blob}" and i.input_range for i in items)
+    assert not list(store.list(names.SHARDS, f"{out.job_id}/"))
+    rows = sum(store.read(i.input_blob)[i.input_range["offset"]:][:i.input_range["length"]].count(b"\n")
+               for i in items)
     assert rows == 4000
 
 

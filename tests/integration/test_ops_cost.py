@@ -66,17 +66,25 @@ def test_estimate_prices_dedicated_nodes_when_the_pool_has_no_spot():
     assert e.usd == pytest.approx(200 / 3600 * payg * 0.5)  # 1 of the D2s_v5's 2 vCPUs
 
 
-def test_estimate_learns_per_size_then_per_payload_then_manifest():
+def test_estimate_blends_the_manifest_with_results_by_count_and_size():
+    """The manifest's figure weighs as 3 results; one of the same size as 1, one of another size as 0.25."""
     h = est.History(jobs=2)
     for s in (10.0, 12.0, 11.0):
         h.add(est.size_key({"nx": 16}, 2), s)
     h.add(est.size_key({"nx": 128}, 2), 40.0)
-    assert h.per_shard(est.size_key({"nx": 16}, 2), 99) == (11.0, "size")
-    assert h.per_shard(est.size_key({"nx": 64}, 2), 99) == (11.5, "payload")  # median of all four
-    assert est.History().per_shard("x", 99) == (99.0, "manifest")
+    same = h.per_shard(est.size_key({"nx": 16}, 2), 99)
+    assert same.how == "size" and same.seconds == pytest.approx((3 * 99 + 3 * 11 + 0.25 * 40) / 6.25)
+    assert same.low < same.seconds < same.high
+    other = h.per_shard(est.size_key({"nx": 64}, 2), 99)  # four results of other sizes: 1.0 in all
+    assert other.how == "payload" and other.seconds == pytest.approx((3 * 99 + 1.0 * 11.5) / 4.0)
+    assert est.History().per_shard("x", 99) == est.PerShard(99.0, 99.0, 99.0, "manifest")
+    many = est.History(by_size={"k": [20.0] * 297}, all=[20.0] * 297)
+    assert many.per_shard("k", 1000).seconds == pytest.approx((3 * 1000 + 297 * 20) / 300)  # history wins, gently
     e = est.estimate([{"nx": 16}, {"nx": 128}, {"nx": 64}], history=h, manifest_s=99, price_key="Standard_D4s_v5",
                      spot_allowed=False, pool_spot_share=0.5, ranks=2)
-    assert e.node_seconds == pytest.approx(11 + 40 + 11.5) and "3 of 3 shards" in e.basis
+    per = [h.per_shard(est.size_key(p, 2), 99).seconds for p in ({"nx": 16}, {"nx": 128}, {"nx": 64})]
+    assert e.node_seconds == pytest.approx(sum(per)) and "3 of 3 shards" in e.basis
+    assert e.usd_low < e.usd < e.usd_high
     assert est.size_key('{"nx": 16}', 2) == est.size_key({"nx": 16}, 2)  # ledger rows keep params as JSON
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from tests.pipeline_helpers import pipeline_env, running_host
+from tests.pipeline_helpers import azurite_in, pipeline_env, running_host
 from upwell import logs, names
 from upwell.cli import app
 from upwell.storage import Storage
@@ -67,14 +67,22 @@ def test_dry_run_counts_shards_and_prints_the_estimate_without_uploading(store, 
     assert _uploaded(store, "check/dry") == []
 
 
-def test_wait_follows_the_job_to_its_report(store, azurite, tmp_path, monkeypatch):
-    pipeline_env(monkeypatch, azurite.connection_string, tmp_path)
+@pytest.fixture
+def own_azurite(tmp_path):
+    """Its own Azurite: on the session's, the work earlier tests left queued or open is this host's backlog too, and
+    its workers ran that first (six times as long), which says nothing about --wait."""
+    yield from azurite_in(tmp_path / "azurite")
+
+
+def test_wait_follows_the_job_to_its_report(own_azurite, tmp_path, monkeypatch):
+    connection = own_azurite.connection_string
+    pipeline_env(monkeypatch, connection, tmp_path)
     folder = _folder(tmp_path, "waited",
                      "payload: logistic\nparams: {steps: 200, burn_in: 10}\ngrid: {r: [3.2, 3.5]}\n")
     import handlers.context
 
     handlers.context.settings()  # configures logging now, not on a host thread while the CLI's stderr is swapped
-    with running_host(azurite.connection_string, tmp_path):
+    with running_host(connection, tmp_path):
         code, out = _cli("submit", str(folder), "--prefix", "check/wait", "--wait", "--timeout", "120")
     assert code == 0, out
     assert "estimate" in out and "uploaded" in out

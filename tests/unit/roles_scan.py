@@ -29,7 +29,8 @@ MGMT = (("azure.mgmt.compute", "ComputeManagementClient"), ("azure.mgmt.network"
 DATA = (("azure.batch", "BatchClient"), ("azure.storage.blob", "BlobClient"),
         ("azure.storage.blob", "ContainerClient"), ("azure.storage.blob", "BlobServiceClient"),
         ("azure.storage.queue", "QueueClient"), ("azure.storage.queue", "QueueServiceClient"),
-        ("azure.data.tables", "TableClient"), ("azure.data.tables", "TableServiceClient"))
+        ("azure.data.tables", "TableClient"), ("azure.data.tables", "TableServiceClient"),
+        ("azure.eventgrid", "EventGridPublisherClient"), ("azure.keyvault.secrets", "SecretClient"))
 # Methods that make no request (client factories, plumbing).
 LOCAL = {"close", "send_request", "from_connection_string", "from_blob_url", "from_container_url",
          "from_queue_url", "from_table_url", "api_version", "url", "primary_endpoint", "primary_hostname"}

@@ -146,6 +146,8 @@ BUILT_IN_ROLES = {
     "b86a8fe4-44ce-4948-aee5-eccb2c155cd7": "Key Vault Secrets Officer",
     "a35466a1-cfd6-450a-b35e-683fcdf30363": "Azure Batch Service Orchestration Role",
     "acdd72a7-3385-48ef-bd42-f606fba81ae7": "Reader",
+    "d5a91429-5739-47e2-a06b-3470a27159e7": "EventGrid Data Sender",
+    "4633458b-17de-408a-b874-0445c86b69e6": "Key Vault Secrets User",
 }
 
 
@@ -189,6 +191,15 @@ def test_lifecycle_rules_expire_results_shards_and_checkpoints(trees):
     assert set(days) == {"results", "shards", "checkpoints"} and all(int(v) > 0 for v in days.values())
     text = (ROOT / "bicep/modules/storage.bicep").read_text()
     assert "prefixMatch" in text and "daysAfterModificationGreaterThan: c.value" in text
+
+
+def test_no_lifecycle_rule_expires_the_uploads_that_shards_reference(trees):
+    """Shards read byte ranges of their upload (upwell/shardref.py): no rule may delete or archive incoming/."""
+    days = trees["bicep/modules/storage.bicep"]["parameters"]["expireAfterDays"]["default"]
+    assert "incoming" not in days
+    text = (ROOT / "bicep/modules/storage.bicep").read_text()
+    policy = text[text.index("resource lifecycle"):text.index("resource containers")]
+    assert "incoming" not in policy and "prefixMatch" in policy
 
 
 def test_flex_consumption_function_app(trees):

@@ -117,6 +117,7 @@ case "$(basename "$0") $1 $2" in
   "az provider show") echo Registered; exit 0 ;;
   "az keyvault show-deleted") [ -f "$FAKE_DIR/deleted" ] && echo "$(cat "$FAKE_DIR/deleted")" && exit 0; exit 3 ;;
   "az keyvault list-deleted") cat "$FAKE_DIR/deleted_ids" 2>/dev/null; exit 0 ;;
+  "az ad app") [ "$3" = create ] && echo 00000000-0000-0000-0000-0000000000a1; exit 0 ;;
   "azd env set") printf '%s=%s\n' "$3" "$4" >> "$FAKE_DIR/env"; exit 0 ;;
 esac
 echo "unexpected call: $*" >&2
@@ -144,14 +145,16 @@ def test_the_hook_recovers_the_vault_that_azd_down_left(tmp_path):
     (tmp_path / "fresh").mkdir()
     fresh = _hook(tmp_path / "fresh")
     assert fresh["UPWELL_KEY_VAULT_RECOVER"] == "false"
+    assert fresh["UPWELL_AUTH_CLIENT_ID"] == "00000000-0000-0000-0000-0000000000a1"  # the sign-in app, made once
     password = fresh["UPWELL_BATCH_USER_PASSWORD"]
     assert len(password) >= 32 and password != _hook(tmp_path / "fresh")["UPWELL_BATCH_USER_PASSWORD"]
     # azd down: the vault this environment deployed (an azd output) is soft-deleted
     down = tmp_path / "down"
     down.mkdir()
     (down / "deleted").write_text("kv-upw-abc\n")
-    again = _hook(down, AZURE_KEY_VAULT_NAME="kv-upw-abc", UPWELL_BATCH_USER_PASSWORD=password)
-    assert again == {"UPWELL_KEY_VAULT_RECOVER": "true"}  # the password made once is kept
+    again = _hook(down, AZURE_KEY_VAULT_NAME="kv-upw-abc", UPWELL_BATCH_USER_PASSWORD=password,
+                  UPWELL_AUTH_CLIENT_ID=fresh["UPWELL_AUTH_CLIENT_ID"])
+    assert again == {"UPWELL_KEY_VAULT_RECOVER": "true"}  # the password and the sign-in app made once are kept
     # a new machine without the output: any upwell vault deleted from the environment's resource group
     lost = tmp_path / "lost"
     lost.mkdir()

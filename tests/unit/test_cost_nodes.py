@@ -63,7 +63,7 @@ def test_learning_keeps_one_nodes_seconds(nodes):
                      node_seconds=300.0 * nodes)]
     hist = est.learn(FakeLedger(job, rows), "p", "mpi")
     assert hist.all == [300.0]
-    e = est.estimate([{"a": 1}], history=hist, manifest_s=1.0, price_key=KEY, spot_allowed=False,
+    e = est.estimate([{"a": 1}], history=hist, manifest_s=300.0, price_key=KEY, spot_allowed=False,
                      pool_spot_share=0.0, ranks=2 * nodes, nodes=nodes)
     assert e.node_seconds == pytest.approx(300.0 * nodes) and "learned" in e.basis
 

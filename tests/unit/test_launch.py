@@ -68,7 +68,9 @@ def test_on_tick_runs_while_the_payload_runs_and_its_errors_do_not_kill_it(tmp_p
 
 
 def test_timeout_stops_the_payload_and_fails_it(tmp_path):
-    result = run_payload(logistic(sleep_s=60), tmp_path, timeout_s=0.5)
+    # 3 s: long enough for the payload to install its SIGTERM handler on a loaded machine (at 0.5 s the signal
+    # could land during its imports, and it died of it: -15, not the 75 of a payload that stops on SIGTERM)
+    result = run_payload(logistic(sleep_s=60), tmp_path, timeout_s=3)
     assert result.status == "failed" and result.timed_out and result.exit_code == 75
 
 

@@ -266,3 +266,15 @@ def test_hundred_shards_with_failures_make_one_complete_report(job_data):
     assert (counts["succeeded"], counts["failed"]) == (94, 6), counts
     html = files["index.html"] if isinstance(files["index.html"], str) else files["index.html"].decode()
     assert all(f"s-{i:02d}" in html for i in range(0, 100, 17)), "a failed shard is missing from the report"
+
+
+def test_a_fresh_start_after_an_unusable_checkpoint_is_named(job_data):
+    """Issue 25 item 3: a checkpoint that was dropped for a fresh start, and why, is in the report."""
+    job, rows, results, events = job_data
+    why = "the tool could not resume from its checkpoint (exit 1): started fresh"
+    results[0]["timings"]["fresh_start"] = why
+    files = build(job, rows, results, events, fetch)
+    ck = json.loads(files["summary.json"])["checkpoints"]
+    assert ck["fresh_starts"] == 1 and [r["fresh_start"] for r in ck["shards"] if r["shard_id"] == "s-00"] == [why]
+    html = files["index.html"].decode()
+    assert "shards started fresh (checkpoint unusable)" in html and f"fresh start: {why}" in html

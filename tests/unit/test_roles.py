@@ -39,6 +39,8 @@ BUILT_IN = {
     "Azure Batch Data Contributor": "6aaa78f1-f7de-44ca-8722-c64a23943cae",
     "Managed Identity Operator": "f1a07417-d97a-45cb-824c-7a7467783830",
     "Virtual Machine Contributor": "9980e02c-c2be-4d73-94e8-173b1dc7cf3c",
+    "EventGrid Data Sender": "d5a91429-5739-47e2-a06b-3470a27159e7",
+    "Key Vault Secrets User": "4633458b-17de-408a-b874-0445c86b69e6",
 }
 IDENTITIES = {"function", "worker", "deployer"}
 

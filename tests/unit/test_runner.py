@@ -74,9 +74,9 @@ def test_stop_keeps_the_checkpoint_and_the_next_attempt_resumes(counter, tmp_pat
     threading.Timer(1.5, stop.set).start()
     first = run_definition(counter, item(n=200, delay=0.02), tmp_path / "a1", stop=stop)
     assert first.status == "preempted" and first.exit_code == 1 and first.checkpoints == 1, first.stderr_tail
-    kept = int((tmp_path / "a1" / "ckpt" / "state.txt").read_text())
+    kept = int((first.checkpoint_dir / "state.txt").read_text())
     assert 0 < kept < 200
-    second = run_definition(counter, item(n=200, delay=0.0), tmp_path / "a2", resume_dir=tmp_path / "a1" / "ckpt")
+    second = run_definition(counter, item(n=200, delay=0.0), tmp_path / "a2", resume_dir=first.checkpoint_dir)
     assert second.status == "succeeded" and second.resumed_from == "checkpoint"
     assert f"starting from {kept}" in (tmp_path / "a2" / "payload.log").read_text()
     log = (tmp_path / "a2" / "payload.log").read_text().splitlines()
@@ -117,3 +117,126 @@ def test_timeout_fails(counter, tmp_path):
     result = run_definition(counter, item(n=1000, delay=0.05), tmp_path, timeout_s=1.0)
     assert result.status == "failed" and result.timed_out and time.monotonic() - started < 20
     assert json.loads(json.dumps(result.to_dict(), default=str))["timed_out"] is True
+
+
+# The checkpoint trap (issue 25 item 3): only the declared checkpoint counts; a truncated or unreadable one is
+# dropped for a fresh start that the result names.
+TRAP_TOOL = r"""
+import pathlib, sys
+log = pathlib.Path("ckpt/tool.log"); log.parent.mkdir(exist_ok=True); log.write_text("a log, not a checkpoint\n")
+state = pathlib.Path("state.chk")
+if "--resume" in sys.argv:
+    text = state.read_text()
+    if not text.endswith("END\n"):
+        print("cannot read state.chk: truncated", flush=True); sys.exit(3)
+    print("resumed at", text.split()[0], flush=True)
+if sys.argv[1] == "truncate":
+    state.write_text("7 half-writ"); sys.exit(75)
+if sys.argv[1] == "log-only":
+    sys.exit(75)
+print("done", flush=True)
+"""
+
+
+def trap(**checkpoint) -> object:
+    doc = yaml.safe_load(definition())
+    doc["files"] = {"trap.py": TRAP_TOOL.replace("{", "{{").replace("}", "}}")}
+    doc["command"] = ["{python}", "trap.py", "{mode}"]
+    doc["params"] = {"mode": {"type": "str", "default": "run"}}
+    doc["outputs"] = {}
+    doc["checkpoint"] = {"files": ["state.chk"], "resume": ["--resume"], **checkpoint}
+    return load(yaml.safe_dump(doc).encode(), "trap.yaml", ("*.azurecr.io",))
+
+
+def test_a_log_in_the_checkpoint_folder_is_not_a_checkpoint(tmp_path):
+    first = run_definition(trap(), item(mode="log-only"), tmp_path / "a1")
+    assert first.status == "preempted" and first.checkpoints == 0
+    assert not [p for p in first.checkpoint_dir.rglob("*") if p.is_file()]  # nothing to upload
+    (tmp_path / "left").mkdir()
+    (tmp_path / "left" / "ckpt").mkdir()
+    (tmp_path / "left" / "ckpt" / "tool.log").write_text("left by an older agent")
+    second = run_definition(trap(), item(mode="run"), tmp_path / "a2", resume_dir=tmp_path / "left")
+    assert second.status == "succeeded" and second.resumed_from is None and second.checkpoint_note == ""
+
+
+def test_a_truncated_checkpoint_falls_back_to_a_fresh_start(tmp_path):
+    first = run_definition(trap(), item(mode="truncate"), tmp_path / "a1")
+    assert first.status == "preempted" and first.checkpoints == 1
+    second = run_definition(trap(), item(mode="run"), tmp_path / "a2", resume_dir=first.checkpoint_dir)
+    assert second.status == "succeeded", second.stderr_tail
+    assert second.resumed_from is None and "could not resume" in second.checkpoint_note
+    log = (tmp_path / "a2" / "payload.log").read_text()
+    assert "cannot read state.chk" in log and log.rstrip().endswith("done")
+
+
+def test_an_empty_checkpoint_or_one_failing_verify_is_never_resumed(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "state.chk").write_bytes(b"")
+    empty = run_definition(trap(), item(), tmp_path / "a1", resume_dir=tmp_path / "empty")
+    assert empty.status == "succeeded" and "empty (truncated)" in empty.checkpoint_note
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "state.chk").write_text("7 END\n")
+    verify = ["{python}", "-c", "import sys; sys.exit('bad magic')"]
+    checked = run_definition(trap(verify=verify), item(), tmp_path / "a2", resume_dir=tmp_path / "bad")
+    assert checked.status == "succeeded" and "verify step (exit 1: bad magic)" in checked.checkpoint_note
+    good = run_definition(trap(verify=["{python}", "-c", "pass"]), item(), tmp_path / "a3",
+                          resume_dir=tmp_path / "bad")
+    assert good.resumed_from == "checkpoint" and "resumed at 7" in (tmp_path / "a3" / "payload.log").read_text()
+
+
+def test_only_the_newest_checkpoint_is_kept_unless_history_is_asked(tmp_path):
+    import os
+
+    from workers import checkpoints
+
+    (tmp_path / "w" / "ckpt").mkdir(parents=True)
+    for k, name in enumerate(("restart.300", "restart.100", "restart.200")):
+        (tmp_path / "w" / name).write_text(name)
+        os.utime(tmp_path / "w" / name, ns=(0, {0: 3, 1: 1, 2: 2}[k] * 10**9))  # newest: the last written
+
+    newest = yaml.safe_load(definition())
+    newest["checkpoint"] = {"files": ["restart.*"], "keep": ["*.log"]}
+    (tmp_path / "w" / "run.log").write_text("log")
+    d = load(yaml.safe_dump(newest).encode(), "c.yaml", ("*.azurecr.io",)).definition
+    kept, n = checkpoints.keep(d, tmp_path / "w")
+    assert n == 1 and sorted(p.name for p in kept.rglob("*")) == ["restart.300", "run.log"]
+    two = d.model_copy(update={"checkpoint": d.checkpoint.model_copy(update={"history": 2})})
+    kept, n = checkpoints.keep(two, tmp_path / "w")
+    assert n == 2 and sorted(p.name for p in kept.rglob("*")) == ["restart.200", "restart.300", "run.log"]
+
+
+def test_the_tools_version_is_asked_once_per_node_and_definition(tmp_path):
+    asked = tmp_path / "asked.txt"
+    doc = yaml.safe_load(definition())
+    doc["version_command"] = ["{python}", "-c", f"open({str(asked)!r}, 'a').write('x'); "
+                              "print('banner'); print('counter version 2.4.1 (double precision)')"]
+    loaded = load(yaml.safe_dump(doc).encode(), "v.yaml", ("*.azurecr.io",))
+    first = run_definition(loaded, item(n=1), tmp_path / "a1")
+    second = run_definition(loaded, item(n=1), tmp_path / "a2")
+    assert first.definition["tool_version"] == second.definition["tool_version"] == \
+        "counter version 2.4.1 (double precision)"
+    assert asked.read_text() == "x"  # once for both shards
+    assert "tool_version" not in run_definition(load(definition(), "c.yaml", ("*.azurecr.io",)), item(n=1),
+                                                tmp_path / "a3").definition
+
+
+def test_a_result_records_the_nodes_digest_for_the_built_ins_placeholder():
+    from upwell import provenance
+
+    real = "sha256:" + "ab" * 32
+    assert provenance.image_digest(provenance.ZERO_DIGEST, real) == real
+    assert provenance.image_digest("", "local") == "local"
+    assert provenance.image_digest("sha256:" + "cd" * 32, real) == "sha256:" + "cd" * 32  # a lab's own pin
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    ("  :-) GROMACS - gmx, 2022.5-Debian (-:\nCommand line:\n  gmx --version\n\nGROMACS version:    2022.5-Debian\n",
+     "GROMACS version:    2022.5-Debian"),
+    ("Python 3.11.7\n", "Python 3.11.7"),
+    ("LAMMPS (2 Aug 2023 - Update 1)\nusage: ...\n", "LAMMPS (2 Aug 2023 - Update 1)"),
+    ("\n\n", ""),
+])
+def test_the_version_line_is_the_one_that_gives_a_version(output, expected):
+    from upwell.provenance import tool_version
+
+    assert tool_version(output) == expected

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -13,6 +11,7 @@ def cost(by: str = typer.Option("job", "--by", help="job, owner or project"),
          since: str = typer.Option("30d", "--since", help="jobs created since: 30d, 12h, 2w or an ISO date"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Cost summed from each shard's node-seconds x price x share of the node, with the estimate's error."""
+    from upwell.cli.shared import fold, print_json
     from upwell.cli.shared import open_storage as _storage
     from upwell.cost.accounting import parse_since, rollup
     from upwell.ledger import Ledger
@@ -29,7 +28,7 @@ def cost(by: str = typer.Option("job", "--by", help="job, owner or project"),
     total = {"actual_usd": sum(r["actual_usd"] for r in rows), "estimate_usd": sum(r["estimate_usd"] for r in rows),
              "shards": sum(r["shards"] for r in rows), "node_seconds": sum(r["node_seconds"] for r in rows)}
     if as_json:
-        console.print_json(json.dumps({"by": by, "since": floor.isoformat(), "groups": rows, "total": total}))
+        print_json({"by": by, "since": floor.isoformat(), "groups": rows, "total": total})
         return
     table = Table(by, "jobs", "shards", "node-hours", "actual $", "estimate $", "error", "budget $", "left $",
                   title=f"cost by {by} since {floor:%Y-%m-%d %H:%M} UTC")
@@ -42,7 +41,7 @@ def cost(by: str = typer.Option("job", "--by", help="job, owner or project"),
     table.add_row("total", str(sum(r["jobs"] for r in rows)), str(total["shards"]),
                   f"{total['node_seconds'] / 3600:.3f}", f"{total['actual_usd']:.4f}", f"{total['estimate_usd']:.4f}",
                   "", "", "", style="bold")
-    console.print(table)
+    console.print(fold(table))
 
 
 def register(app: typer.Typer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -20,7 +19,7 @@ def janitor(apply: bool = typer.Option(False, "--apply", help="act as the policy
     UPWELL_BATCH_ACCOUNT_URL (and the ledger, for jobs past their max wall-clock). Every finding is recorded."""
     from dataclasses import replace
 
-    from upwell.cli.shared import open_storage
+    from upwell.cli.shared import fold, open_storage, print_json
     from upwell.ops import janitor as J
 
     console = Console()
@@ -29,7 +28,7 @@ def janitor(apply: bool = typer.Option(False, "--apply", help="act as the policy
         pol = replace(pol, include_untagged=True)
     findings = J.run(open_storage(), apply=apply, policy=pol)
     if as_json:
-        console.print_json(json.dumps([f.as_row() for f in findings]))
+        print_json([f.as_row() for f in findings])
         return
     table = Table("kind", "resource", "tagged", "why", "action", "result" if apply else "would",
                   title=f"janitor {'(applied)' if apply else '(dry run: nothing changed; --apply acts)'}")
@@ -37,7 +36,7 @@ def janitor(apply: bool = typer.Option(False, "--apply", help="act as the policy
         table.add_row(f.kind, f.name, "yes" if f.tagged else "[yellow]no[/]", f.reason, f.action,
                       f.result if apply else ("skip (untagged)" if not f.tagged and not pol.include_untagged
                                               else f.action))
-    console.print(table if findings else "janitor: nothing found")
+    console.print(fold(table) if findings else "janitor: nothing found")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -15,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from upwell import names
-from upwell.cli.shared import err, open_storage, print_actions, resolve
+from upwell.cli.shared import err, open_storage, print_actions, print_json, resolve
 
 console = Console(stderr=False)
 STATE = Path(os.environ.get("UPWELL_HOME", ".upwell"))
@@ -31,7 +30,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
            False, "--free-ports", help="when the ports belong to another checkout's stack, use free ones")) -> None:
     """Start Azurite (persisted under .upwell/), the local Functions host and the local pool. Ctrl-C stops all."""
     from upwell.local import owner
-    from upwell.local.stack import LocalStack
+    from upwell.local.stack import LocalStack, clear_state, save_state
 
     ports, http_port = _choose_ports((blob_port, queue_port, table_port), http_port, free_ports)
     _pools_for_up(workers)
@@ -43,6 +42,7 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         signal.signal(sig, lambda *_: stopping.set())
     died = False
     try:
+        save_state(STATE, "starting", ports, http_port)  # other commands wait for a starting stack, bounded
         stack.start_storage()
         owner.claim("up", STATE, ports, http_port)
         where = (f"started, data in {STATE / 'azurite'}" if stack.azurite is not None else
@@ -56,8 +56,10 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         _say(f"[green]functions[/] devhost pid {stack.devhost.pid}; HTTP on "
              f"http://127.0.0.1:{http_port}/api/jobs")
         _say(f"[green]dashboard[/] http://127.0.0.1:{http_port}/api/dashboard")
-        _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client "
-             "(UseDevelopmentStorage=true). Ctrl-C stops everything.")
+        state = save_state(STATE, "ready", ports, http_port)
+        _say(f"[green]connection[/] for Storage Explorer or `az ... --connection-string`: "
+             f"{_quoted(state.connection_string)} (other upwell commands find it in {STATE / 'stack.json'})")
+        _say("[green]ready[/] upload with `upwell submit PATH` or any Azure Storage client. Ctrl-C stops everything.")
         while not stopping.is_set() and stack.alive():
             stopping.wait(0.5)
         died = not stopping.is_set()
@@ -65,10 +67,18 @@ def up(http_port: int = typer.Option(7071, help="port of the devhost's HTTP trig
         _say("[yellow]stopping[/] devhost, workers, Azurite ...")
         stack.stop()
         owner.release(ports[0])
+        clear_state(STATE)
         _say("[green]stopped[/]")
     if died:
         _say(f"[red]the functions host exited on its own[/]; its output is above (is port {http_port} in use?)")
         raise typer.Exit(1)
+
+
+def _quoted(connection: str) -> str:
+    """The standard ports' connection string is the short one every Azure Storage tool knows."""
+    from upwell.local import azurite
+
+    return '"UseDevelopmentStorage=true"' if connection == azurite.connection_string() else f'"{connection}"'
 
 
 def _choose_ports(ports: tuple[int, int, int], http_port: int, free: bool) -> tuple[tuple[int, int, int], int]:
@@ -141,7 +151,7 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
     from upwell.ingest.submit import check
     from upwell.ingest.submit import submit as do_submit
 
-    storage = open_storage()
+    storage = open_storage(needs_host=not dry_run)
     try:
         plans = check(storage, paths, prefix)
     except (InputRejected, FileNotFoundError) as exc:
@@ -155,8 +165,9 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
         shards += f" of {p.nodes} nodes each" if p.nodes > 1 else ""
         budget = f", budget ${p.budget_usd:.2f}" if p.budget_usd is not None else ""
         console.print(f"ok incoming/{p.blob}: {p.payload} on pool {p.pool}, {shards}; estimate "
-                      f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} on {p.price_key}"
-                      f"{' (spot)' if p.spot else ''}{budget}", soft_wrap=True, markup=False)
+                      f"{p.node_seconds:.0f} node-s = ${p.usd:.4f} (range ${p.usd_low:.4f}-${p.usd_high:.4f}) "
+                      f"on {p.price_key}{' (spot)' if p.spot else ''}{budget}; {p.basis}", soft_wrap=True,
+                      markup=False)
     if dry_run:
         console.print("dry run: nothing uploaded")
         return
@@ -174,9 +185,17 @@ def submit(paths: list[Path] = typer.Argument(..., help="files or folders to upl
 
 
 def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of rules")) -> None:
-    """Upload pipeline rules to the pipelines container."""
+    """Upload pipeline rules to the pipelines container (operators only: upwell.access.caller)."""
+    from upwell.access.caller import require_operator
+    from upwell.errors import NotOperator
     from upwell.ingest.submit import push_rules
+    from upwell.settings import Settings
 
+    try:
+        require_operator(Settings.from_env(), f"{names.PIPELINES}/{Path(paths[0]).name}")
+    except NotOperator as exc:
+        err.print(f"NotOperator: {exc}", markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     for name in push_rules(open_storage(), paths):
         console.print(f"rule pipelines/{name}")
 
@@ -184,9 +203,9 @@ def rules(paths: list[Path] = typer.Argument(..., help="rule files or folders of
 def status(job: str = typer.Argument(None, help="a job id, name or upload path; all jobs when omitted"),
            as_json: bool = typer.Option(False, "--json")) -> None:
     """Report where jobs stand."""
+    storage = open_storage()  # before the library's imports: with the stack down, say so at once
     from upwell.results.status import job_status, list_jobs
 
-    storage = open_storage()
     if job:
         job = resolve(storage, job)
         st = job_status(storage, job)
@@ -194,32 +213,49 @@ def status(job: str = typer.Argument(None, help="a job id, name or upload path; 
             console.print(f"[red]no such job {job}[/]")
             raise typer.Exit(1)
         if as_json:
-            console.print_json(json.dumps(st, default=str))
+            print_json(st)
             return
         _print_job(st)
         return
     rows = list_jobs(storage)
     if as_json:
-        console.print_json(json.dumps(rows, default=str))
+        print_json(rows)
         return
-    table = Table()
-    # Whole ids, never cut or folded, at any terminal width or none: the id is what the other commands take.
-    table.add_column("job", no_wrap=True, overflow="ignore", min_width=max([len(r["job_id"]) for r in rows] or [3]))
-    for header in ("status", "payload", "pool", "done", "failed", "total", "cost $", "message"):
-        table.add_column(header)
-    for r in rows:
-        table.add_row(r["job_id"], r.get("status") or "", r.get("payload") or "", r.get("pool") or "",
-                      str(r.get("shards_done") or 0), str(r.get("shards_failed") or 0), str(r.get("shards_total") or 0),
-                      f"{float(r.get('spent_usd') or 0):.4f}", (r.get("message") or "")[:60])
-    if console.is_terminal:
-        console.print(table)
-    else:  # a pipe or a file: as wide as the rows need, not 80 columns
-        Console(width=max(console.width, table.columns[0].min_width + 140)).print(table)
+    console_table = _jobs_table(rows)
+    # A pipe or a file: as wide as the rows need, not 80 columns.
+    out = console if console.is_terminal else Console(width=max(console.width, console_table.columns[0].min_width
+                                                                  + 140))
+    out.print(console_table)
+    _messages(rows, out)
     from upwell.ops.reconcile import recent_actions
 
     actions = recent_actions(storage, limit=10)
     if actions:
         print_actions(actions, "reconciler: latest actions")
+
+
+def _jobs_table(rows: list[dict]) -> Table:
+    """The job listing, narrow enough for 80 columns: no vertical rules, the shard counts in one column
+    (done/failed/of); a job's message goes below the table (``_messages``), word-wrapped, never cut."""
+    from rich import box
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, show_edge=False, collapse_padding=True,
+                  caption="shards: done/failed/of")
+    # Whole ids, never cut or folded, at any terminal width or none: the id is what the other commands take.
+    table.add_column("job", no_wrap=True, overflow="ignore", min_width=max([len(r["job_id"]) for r in rows] or [3]))
+    for header in ("status", "payload", "pool", "shards", "cost $"):
+        table.add_column(header, overflow="fold")
+    for r in rows:
+        shards = f"{r.get('shards_done') or 0}/{r.get('shards_failed') or 0}/{r.get('shards_total') or 0}"
+        table.add_row(r["job_id"], r.get("status") or "", r.get("payload") or "", r.get("pool") or "", shards,
+                      f"{float(r.get('spent_usd') or 0):.4f}")
+    return table
+
+
+def _messages(rows: list[dict], out: Console) -> None:
+    for r in rows:
+        if r.get("message"):
+            out.print(f"{r['job_id']}: {r['message']}", markup=False, highlight=False)
 
 
 def _print_job(st: dict) -> None:
@@ -236,6 +272,8 @@ def _print_job(st: dict) -> None:
         console.print(f"  [red]failed {f['shard']}[/]: {f['error']}")
     if st.get("quarantine_blob"):
         console.print(f"  quarantined as {st['quarantine_blob']} (see its .error.json)")
+    for line in st.get("after_lines", []):  # the chain, the analysis, a failed notification (upwell.after)
+        console.print(f"  {line}", soft_wrap=True, markup=False)
 
 
 def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:

@@ -26,6 +26,8 @@ def show(file: Path | None = typer.Option(None, "--file", help="a price table fi
     from rich.console import Console
     from rich.table import Table
 
+    from upwell.cli.shared import fold
+
     path = file or cost.default_path()
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -45,7 +47,7 @@ def show(file: Path | None = typer.Option(None, "--file", help="a price table fi
                     f"{p.memory_gib:g}", gpu, f"{p.payg:.4f}", "-" if p.spot is None else f"{p.spot:.4f}",
                     p.quota_family or "-")
     console = Console()
-    console.print(out)
+    console.print(fold(out))
     svc = table.services
     console.print(f"Hot blob storage ${svc.blob_hot_gb_month}/GB-month; egress: first {svc.egress_free_gb_month:g} GB"
                   f"/month free, then ${svc.egress_per_gb}/GB; ACI ${svc.aci_vcpu_second:.7f}/vCPU-s, "

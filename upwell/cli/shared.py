@@ -7,6 +7,7 @@ independent (``upwell status`` shows the reconciler's actions without importing 
 
 from __future__ import annotations
 
+import json
 import os
 
 import typer
@@ -19,13 +20,21 @@ console = Console()
 err = Console(stderr=True)
 
 
-def open_storage():
-    """The Storage the commands use: the configured connection, else the local emulator."""
-    from upwell.storage import Storage  # the SDK clients load only for a command that talks to storage
+def open_storage(*, needs_host: bool = False):
+    """The Storage the commands use: AzureWebJobsStorage, else the running stack's state file, else the local
+    emulator's standard ports (``upwell.local.reach``). Raises StackUnreachable, one line naming what does not
+    answer and ``upwell up``, before any SDK call could retry for a minute; a stack that is starting is
+    waited for (``UPWELL_CLI_START_WAIT_S``), each try shown. ``needs_host``: also wait until a starting
+    stack's functions host is ready (an upload before that gets no event)."""
+    from upwell.local import reach
+    from upwell.settings import Settings
 
-    identity = any(k.startswith(f"{names.CONNECTION}__") for k in os.environ)
-    if not os.environ.get(names.CONNECTION) and not identity:
-        os.environ[names.CONNECTION] = "UseDevelopmentStorage=true"  # the local emulator by default
+    target = reach.find()
+    reach.check(target, wait_s=Settings.from_env().cli_start_wait_s, needs_host=needs_host,
+                say=lambda line: err.print(line, soft_wrap=True, markup=False, highlight=False))
+    from upwell.storage import Storage  # the SDK clients load (a second) only once the storage answers
+    if target.connection != "identity":
+        os.environ[names.CONNECTION] = target.connection  # what the library's own Storage() calls read
     return Storage()
 
 
@@ -44,10 +53,24 @@ def resolve(storage, text: str) -> str:
     return found.job_id
 
 
+def fold(table: Table) -> Table:
+    """The table with every column folding a long cell onto more lines instead of cutting it with an ellipsis
+    (rich's default), so an 80-column terminal shows all of it; a column set to ``ignore`` (a whole id) stays."""
+    for column in table.columns:
+        if column.overflow != "ignore":
+            column.overflow = "fold"
+    return table
+
+
+def print_json(data) -> None:
+    """A listing's ``--json``: plain JSON on stdout, never wrapped to the terminal's width."""
+    typer.echo(json.dumps(data, indent=1, default=str))
+
+
 def print_actions(actions: list[dict], title: str) -> None:
     """The reconciler's actions as a table (``upwell reconcile`` and ``upwell status``)."""
     table = Table("at", "kind", "target", "outcome", "detail", title=title)
-    for a in actions:
+    for a in actions:  # nothing cut: rich wraps a long cell within the terminal's width
         table.add_row(str(a.get("at") or "")[:19], a.get("kind") or "", a.get("target") or "",
-                      a.get("outcome") or "", (a.get("detail") or "")[:80])
-    console.print(table)
+                      a.get("outcome") or "", a.get("detail") or "")
+    console.print(fold(table))

@@ -3,10 +3,14 @@
 Before dispatch a job's cost is estimated as the sum over its shards of node-seconds x the
 blended price of the pool x the job's share of a node:
 
-- node-seconds per shard are *learned*: the median paid node-seconds of earlier shards of the
-  same payload, pool and size (the same parameters, ranks and nodes), else of the same payload and
-  pool, else the manifest's ``estimate.node_seconds_per_shard``; each is one node's seconds (a
-  gang's recorded node-seconds are divided by its nodes when learned);
+- node-seconds per shard *blend* the manifest's ``estimate.node_seconds_per_shard`` with the
+  paid node-seconds of earlier shards of the same payload and pool, each figure weighted by how
+  much it says about this shard: the manifest's as much as ``PRIOR_SAMPLES`` samples, each earlier
+  shard of the same size (the same parameters, ranks and nodes) as one, each of another size as
+  ``OTHER_SIZE_WEIGHT`` of one. A few results so move the estimate a little and many move it most
+  of the way; none leave the manifest's. The range puts each group's 10th and 90th percentile in place
+  of its median. Each figure is one node's seconds (a gang's recorded node-seconds are divided by its
+  nodes when learned);
 - a shard of several nodes (upwell.shape) holds each of them: its node-seconds are ``nodes`` times
   one node's, so a 2-node shard's estimate is 2 x node-seconds x price x share (a Batch multi-instance
   task runs on numberOfInstances compute nodes at once, per Batch's MPI page, each a VM the pool pays for;
@@ -16,8 +20,10 @@ blended price of the pool x the job's share of a node:
 - the share is the shard's CPUs (ranks on one node: ranks per node) or GPUs over the VM's
   (upwell.cost.prices.node_share).
 
-Learning reads the ledger (the last ``MAX_JOBS`` finished jobs of the payload), so it needs no
-state of its own and a fresh deployment falls back to the manifest.
+``for_job`` is the one entry: ``upwell submit --dry-run`` (upwell.ingest.submit) and ingest
+(upwell.ingest.accept) both call it, so the two print and record the same figures. Learning reads
+the ledger (the last ``MAX_JOBS`` finished jobs of the payload), so it needs no state of its own and
+a fresh deployment falls back to the manifest.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from upwell.rows import JobState, ShardState
 
 if TYPE_CHECKING:
     from upwell.ledger import Ledger
+    from upwell.settings import PoolSpec
 
 MAX_JOBS = 10
 FINISHED = (JobState.SUCCEEDED, JobState.PARTIALLY_FAILED)
@@ -55,6 +62,28 @@ def size_key(params: dict | str | None, ranks: int = 1, gpus: int = 0, nodes: in
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+PRIOR_SAMPLES = 3.0  # the manifest's figure weighs as much as this many results of the same size
+OTHER_SIZE_WEIGHT = 0.25  # a result of another size (other parameters) weighs this much of one of the same size
+
+
+@dataclass(frozen=True)
+class PerShard:
+    """One shard's node-seconds: the blend, its range, and what it rests on ('size', 'payload', 'manifest')."""
+
+    seconds: float
+    low: float
+    high: float
+    how: str
+
+
+def _spread(samples: list[float]) -> tuple[float, float, float]:
+    """(10th percentile, median, 90th percentile) of the samples (all three the one value of one)."""
+    if len(samples) == 1:
+        return samples[0], samples[0], samples[0]
+    deciles = statistics.quantiles(samples, n=10, method="inclusive")
+    return deciles[0], statistics.median(samples), deciles[-1]
+
+
 @dataclass
 class History:
     """Paid node-seconds of earlier successful shards: per size key, and all of them."""
@@ -67,12 +96,16 @@ class History:
         self.by_size.setdefault(key, []).append(seconds)
         self.all.append(seconds)
 
-    def per_shard(self, key: str, fallback: float) -> tuple[float, str]:
-        if self.by_size.get(key):
-            return statistics.median(self.by_size[key]), "size"
-        if len(self.all) >= 3:
-            return statistics.median(self.all), "payload"
-        return float(fallback), "manifest"
+    def per_shard(self, key: str, fallback: float) -> PerShard:
+        """The manifest's ``fallback`` blended with the results of this size and of the others, by weight."""
+        same = self.by_size.get(key, [])
+        other = [s for k, v in self.by_size.items() if k != key for s in v]
+        groups = [(PRIOR_SAMPLES, (float(fallback),) * 3)]
+        groups += [(float(len(same)), _spread(same))] if same else []
+        groups += [(OTHER_SIZE_WEIGHT * len(other), _spread(other))] if other else []
+        total = sum(w for w, _ in groups)
+        low, mid, high = (sum(w * spread[i] for w, spread in groups) / total for i in range(3))
+        return PerShard(mid, low, high, "size" if same else "payload" if other else "manifest")
 
 
 def learn(ledger: Ledger, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
@@ -98,7 +131,9 @@ class JobEstimate:
     per_hour: float  # blended $/node-hour
     spot_fraction: float
     share: float
-    basis: str  # e.g. "learned: 10 shards by size, 2 by payload; manifest: 0"
+    basis: str  # e.g. "learned from 2 earlier job(s) for 3 of 3 shards, blended with the manifest's 60 s a shard"
+    usd_low: float = 0.0  # the range: each history group's 10th and 90th percentile in place of its median
+    usd_high: float = 0.0
 
 
 def estimate(points: Iterable[dict], *, history: History, manifest_s: float, price_key: str, spot_allowed: bool,
@@ -110,11 +145,11 @@ def estimate(points: Iterable[dict], *, history: History, manifest_s: float, pri
     table = prices or load()
     nodes = max(int(nodes or 1), 1)
     counts = {"size": 0, "payload": 0, "manifest": 0}
-    total = 0.0
+    total = low = high = 0.0
     for params in points:
-        seconds, how = history.per_shard(size_key(params, ranks, gpus, nodes), manifest_s)
-        counts[how] += 1
-        total += seconds * nodes
+        one = history.per_shard(size_key(params, ranks, gpus, nodes), manifest_s)
+        counts[one.how] += 1
+        total, low, high = total + one.seconds * nodes, low + one.low * nodes, high + one.high * nodes
     fraction = float(pool_spot_share) if spot_allowed else 0.0
     share = node_share(price_key, math.ceil(max(int(ranks or 1), 1) / nodes), gpus, prices=table)
     try:
@@ -122,6 +157,20 @@ def estimate(points: Iterable[dict], *, history: History, manifest_s: float, pri
     except Exception:  # noqa: BLE001 - ConfigError: a key not in the table
         per_hour = 0.0
     learned = counts["size"] + counts["payload"]
-    basis = (f"learned from {history.jobs} earlier job(s) for {learned} of {sum(counts.values())} shards"
-             if learned else "from the manifest")
-    return JobEstimate(total, total / 3600.0 * per_hour * share, per_hour, fraction, share, basis)
+    basis = (f"learned from {history.jobs} earlier job(s) for {learned} of {sum(counts.values())} shards, "
+             f"blended with the manifest's {float(manifest_s):g} s a shard" if learned else "from the manifest")
+    rate = per_hour * share / 3600.0  # $ per node-second
+    return JobEstimate(total, total * rate, per_hour, fraction, share, basis, low * rate, high * rate)
+
+
+def for_job(ledger: Ledger | None, *, payload: str, pool: str, spec: PoolSpec, points: list[dict],
+            manifest_s: float, spot: bool, resources, history: History | None = None) -> JobEstimate:
+    """The one estimate of a job, for ``submit --dry-run`` and ingest alike: node time learned from the
+    ledger's results of the definition ``payload`` (its name, not the manifest's ``name@version``) on ``pool``
+    (``history``: already learned; no ledger: none), priced on the pool's key and spot share. ``resources``:
+    the shard's ranks, gpus and nodes as ingest resolves them."""
+    if history is None:
+        history = learn(ledger, payload, pool) if ledger is not None else History()
+    return estimate(points, history=history, manifest_s=manifest_s, price_key=spec.price_key,
+                    spot_allowed=bool(spot), pool_spot_share=spec.spot_share, ranks=resources.ranks,
+                    gpus=resources.gpus, nodes=resources.nodes)

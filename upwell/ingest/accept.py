@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from upwell import names
+from upwell.access.tags import job_project
 from upwell.errors import InputRejected
 from upwell.ingest import manifests
 from upwell.ingest.fanout import send_in_order
@@ -62,7 +63,8 @@ class JobAcceptor:
                 "payload": d.name, "payload_version": d.version, "payload_sha256": spec.sha256,
                 "payload_image": d.image, "pool": pool, "source_blob": f"{names.INCOMING}/{name}",
                 "source_etag": props.etag, "owner": m.owner or _uploader(props) or "unknown",
-                "project": m.project or self.settings.project, "gpus": m.resources.gpus,
+                "project": job_project(name, m.project, self.settings.project, strict=self.settings.project_folders),
+                "gpus": m.resources.gpus,
                 "max_wall_clock_s": tighter(m.max_wall_clock_s, pspec.max_wall_clock_s),
                 "max_shard_wall_clock_s": tighter(m.max_shard_wall_clock_s, pspec.max_shard_wall_clock_s),
                 "manifest_hash": mhash, "created_at": now_iso(), "budget_usd": m.budget_usd, "spot": m.spot,
@@ -71,10 +73,12 @@ class JobAcceptor:
                 "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
-    def accept(self, job: dict, shards: Sized, spec, resources, bound, history: Future | None = None) -> int:
+    def accept(self, job: dict, shards: Sized, spec, resources, bound, history: Future | None = None,
+               select: tuple[str, ...] = ()) -> int:
         """Check, record and enqueue the job's ``shards`` (a sized, re-iterable sequence of ``(shard id,
-        params, input blob, sha256)``: a list, or a grid made lazily, ``upwell.ingest.fanout``); returns how
-        many the job has. ``history``: the node time learned from earlier results, already asked for.
+        params, input blob, sha256[, byte range])``: a list, or a grid made lazily, ``upwell.ingest.fanout``);
+        returns how many the job has. ``history``: the node time learned from earlier results, already asked
+        for. ``select``: the artifact globs staged with a folder input (a reduce's, upwell.after.reduce).
 
         The job row is written first (status "ingesting", with ``shards_total``), so progress shows at once;
         then every point and work item is checked and the job priced, before any shard row or message."""
@@ -90,7 +94,7 @@ class JobAcceptor:
         poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), self.settings.pools,
                       job["pool"])
         job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus, shards_total=total)
-        make = _Items(job, spec, resources, self.settings.max_message_bytes)
+        make = _Items(job, spec, resources, self.settings.max_message_bytes, select)
         lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
         try:
             started = self._open(job, lease)
@@ -100,7 +104,7 @@ class JobAcceptor:
             est_usd = self._priced(job, make.checked(shards), resources,
                                    history.result() if history is not None else None)
             self._write_rows(job, shards, lease)
-            todo = ((i, make.text(sid, params, blob)) for i, (sid, params, blob, _) in _unsent(shards, started, lease))
+            todo = ((i, make.text(shard)) for i, shard in _unsent(shards, started, lease))
             sent = self._enqueue(names.work_queue(job["pool"]), todo, lease)
             lease.finish(accepted_at=now_iso(), **{k: job[k] for k in ESTIMATE})
         except Exception:
@@ -121,7 +125,9 @@ class JobAcceptor:
         est = self._estimate(job, points, resources, history)
         est_ns, est_usd = est.node_seconds, est.usd
         job.update(estimate_node_seconds=est_ns, estimate_usd=est_usd, node_share=est.share,
-                   estimate_spot_fraction=est.spot_fraction, estimate_basis=est.basis)
+                   estimate_spot_fraction=est.spot_fraction,
+                   estimate_basis=est.basis + (f"; range ${est.usd_low:.4f}-${est.usd_high:.4f}"
+                                               if est.usd_high > est.usd_low else ""))
         from upwell.cost.budgets import check_budgets
 
         check_budgets(self.ledger, self.settings, owner=job["owner"], project=job["project"], estimate_usd=est_usd)
@@ -135,11 +141,9 @@ class JobAcceptor:
         """Priced on the pool that runs it, node time learned from earlier results (``history``)."""
         from upwell.cost import forecast as est
 
-        history = history if history is not None else self.history(job)
-        return est.estimate(points, history=history, manifest_s=job["estimate_node_seconds_per_shard"],
-                            price_key=job["price_key"], spot_allowed=bool(job["spot"]),
-                            pool_spot_share=self.settings.pools[job["pool"]].spot_share,
-                            ranks=resources.ranks, gpus=resources.gpus, nodes=resources.nodes)
+        return est.for_job(self.ledger, payload=job["payload"], pool=job["pool"], spec=self.settings.pools[job["pool"]],
+                           points=points, manifest_s=job["estimate_node_seconds_per_shard"], spot=bool(job["spot"]),
+                           resources=resources, history=history)
 
     def _open(self, job: dict, lease: IngestLease) -> set[str] | None:
         """The job row: created with the lease, or the earlier one taken over and brought up to date. The
@@ -159,8 +163,9 @@ class JobAcceptor:
         job_id, now = job["job_id"], now_iso()
         rows = (ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
+                         input_range=json.dumps(_range(shard), sort_keys=True) if _range(shard) else "",
                          result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
-                for sid, params, blob, digest in shards)
+                for shard in shards for sid, params, blob, digest, *_ in [shard])
         while chunk := list(itertools.islice(rows, ROWS_PER_BEAT)):
             self.ledger.add_shards(job_id, chunk)  # one transaction at a time: Azurite reset concurrent ones
             lease.renew(0)
@@ -179,24 +184,26 @@ class JobAcceptor:
 class _Items:
     """The job's work items, one per shard, made from the job row's fields as they are needed."""
 
-    def __init__(self, job: dict, spec, resources, limit: int):
-        self.job, self.spec, self.resources, self.limit = job, spec, resources, limit
+    def __init__(self, job: dict, spec, resources, limit: int, select: tuple[str, ...] = ()):
+        self.job, self.spec, self.resources, self.limit, self.select = job, spec, resources, limit, list(select)
 
-    def text(self, sid: str, params: dict, blob: str | None) -> str:
-        """The encoded work item; InputRejected past the message limit."""
+    def text(self, shard: tuple) -> str:
+        """The encoded work item of ``shard``; InputRejected past the message limit."""
+        sid, params, blob, *_ = shard
         job_id, d, r = self.job["job_id"], self.spec.definition, self.resources
         item = WorkItem(job_id=job_id, shard_id=sid, payload=d.name, pool=self.job["pool"], params=params,
                         payload_version=d.version, payload_sha256=self.spec.sha256, input_blob=blob,
                         checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                         result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=r.ranks, gpus=r.gpus, nodes=r.nodes,
-                        oversubscribe=r.oversubscribe)
+                        oversubscribe=r.oversubscribe, project=self.job["project"], input_select=self.select,
+                        input_range=_range(shard))
         return encode(item, self.limit)
 
     def checked(self, shards: Iterable[tuple]) -> Iterator[dict]:
         """Each shard's params, once its work item is known to fit (size errors before any effect)."""
-        for sid, params, blob, _ in shards:
-            self.text(sid, params, blob)
-            yield params
+        for shard in shards:
+            self.text(shard)
+            yield shard[1]
 
 
 def _unsent(shards: Iterable[tuple], started: set[str], lease: IngestLease) -> Iterator[tuple[int, tuple]]:
@@ -211,3 +218,8 @@ def _uploader(props) -> str:
     """Who uploaded, where the upload says: blob metadata ``uploaded_by`` (upwell submit sets it)."""
     meta = getattr(props, "metadata", None) or {}
     return str(meta.get("uploaded_by") or meta.get("upwell_owner") or "")[:200]
+
+
+def _range(shard: tuple) -> dict | None:
+    """A shard's byte range of its input at a pinned version (upwell.shardref), when it references one."""
+    return shard[4] if len(shard) > 4 else None

@@ -29,19 +29,23 @@ from upwell.ingest import manifests
 
 
 class GridShards:
-    """A manifest's grid as shards ``(shard id, point, None, point sha256)``, made as they are read.
+    """A manifest's grid as shards ``(shard id, point, input blob, point sha256)``, made as they are read; the
+    input blob is None, or every shard's one input (a chained job's parent results folder, upwell.after).
     State: the manifest, the limits and the payload definition; ``len()`` needs no pass."""
 
-    def __init__(self, m: manifests.Manifest, max_shards: int, max_param_bytes: int, definition: Any):
+    def __init__(self, m: manifests.Manifest, max_shards: int, max_param_bytes: int, definition: Any, *,
+                 input_blob: str | None = None):
         self.manifest, self.max_param_bytes, self.definition = m, max_param_bytes, definition
+        self.input_blob = input_blob
         self.size = manifests.check_grid_size(m, max_shards)
 
     def __len__(self) -> int:
         return self.size
 
-    def __iter__(self) -> Iterator[tuple[str, dict, None, str]]:
+    def __iter__(self) -> Iterator[tuple[str, dict, str | None, str]]:
         for i, point in enumerate(manifests.iter_points(self.manifest, self.max_param_bytes, self.definition)):
-            yield f"s{i:05d}", point, None, hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()
+            digest = hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()
+            yield f"s{i:05d}", point, self.input_blob, digest
 
 
 class Pacer:

@@ -18,6 +18,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from upwell import logs, names
+from upwell.access.tags import folder_project
+from upwell.after import notify as after_notify
+from upwell.after import spec as after_spec
+from upwell.after.gate import gate
+from upwell.documents import check_size
 from upwell.errors import IngestLeased, InputRejected, NotFound
 from upwell.ingest import lease, manifests
 from upwell.ingest.accept import JobAcceptor
@@ -55,7 +60,6 @@ class Ingestor:
         self.ledger = ledger or Ledger(storage)
         self.definitions = Registry(storage, settings.registry_allowlist)
         self.acceptor = JobAcceptor(storage, settings, self.ledger)
-        self.sharder = InputSharder(storage, settings)
 
     def ingest(self, name: str) -> Outcome:
         """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers.
@@ -104,8 +108,10 @@ class Ingestor:
                                     f"{str(exc)[:300]}", field="document") from None
         except InputRejected as exc:
             exc.source = exc.source or f"{names.INCOMING}/{name}"
-            quarantine(self.storage, self.ledger, job_id, name, props.etag, exc)
+            quarantine(self.storage.for_project(folder_project(name) or self.settings.project), self.ledger,
+                       job_id, name, props.etag, exc)
             bound.warning("ingest.rejected", error=exc.message, field=exc.field, row=exc.row)
+            after_notify.quarantined(self.storage, self.ledger, job_id, name)  # if it asked to be told
             return Outcome(job_id, "rejected", message=exc.message)
 
     @staticmethod
@@ -116,6 +122,7 @@ class Ingestor:
 
     # -- manifests ---------------------------------------------------------------
     def _manifest(self, job_id: str, name: str, props, bound) -> Outcome:
+        check_size(props.size, f"{names.INCOMING}/{name}")  # the upload limit fits data drops, not documents
         data = self.storage.read(f"{names.INCOMING}/{name}")
         m = manifests.load_manifest(data, f"{names.INCOMING}/{name}", self.definitions.names())
         spec = self.definitions.resolve(m.payload)
@@ -125,16 +132,26 @@ class Ingestor:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
         job = self.acceptor.job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
+        job.update(after_spec.row_fields(m.after, m.reduce, m.notify))
+        chained = gate(self.ledger, job)  # after: <job>: go with its results, wait for it, or cancelled
+        if chained.kind != "go":
+            return Outcome(job_id, chained.kind, message=chained.message)
         missing = [ref for ref in m.data if not data_exists(self.storage, name, ref)]
         if missing:
             message = wait_for_data(self.ledger, self.settings, job, props, m, missing, bound)
             return Outcome(job["job_id"], "waiting", message=message)
         if m.data:
-            shards = list(self.sharder.data_refs(job_id, name, m, spec))
+            shards = list(self._sharder(job).data_refs(job_id, name, m, spec))
         else:
-            shards = GridShards(m, self.settings.max_shards, self.settings.max_param_bytes, spec.definition)
+            folder = f"{names.RESULTS}/{chained.parent}/" if chained.parent else None  # the parent's results
+            shards = GridShards(m, self.settings.max_shards, self.settings.max_param_bytes, spec.definition,
+                                input_blob=folder)
         count = self.acceptor.accept(job, shards, spec, self._resources(m, spec.definition), bound)
         return Outcome(job_id, "accepted", count)
+
+    def _sharder(self, job: dict) -> InputSharder:
+        """The sharder that writes the job's shard blobs with its project's index tag."""
+        return InputSharder(self.storage.for_project(job["project"]), self.settings)
 
     @staticmethod
     def _resources(m: manifests.Manifest, definition) -> manifests.Resources:
@@ -173,9 +190,10 @@ class Ingestor:
                                max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
         job = self.acceptor.job_row(job_id, name, props, m, pool,
                                     manifests.manifest_hash(rule.model_dump_json().encode()), spec)
+        job.update(after_spec.row_fields(None, None, rule.notify))
         # the node-time history is read while the file is parsed
         history = reads.submit(self.acceptor.history, job) if reads is not None else None
-        shards = self.sharder.instrument(job_id, name, rule, opened)
+        shards = self._sharder(job).instrument(job_id, name, rule, opened)
         count = self.acceptor.accept(job, shards, spec, manifests.Resources(), bound, history)
         return Outcome(job_id, "accepted", count)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from upwell.after.spec import JOB_REF, NotifySpec, ReduceSpec
 from upwell.documents import parse_document
 from upwell.errors import InputRejected
 from upwell.payloads import params as payload_params
@@ -70,6 +71,9 @@ class Manifest(BaseModel):
     project: str = Field("", max_length=200)  # else UPWELL_PROJECT
     max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)  # the job's kill switch
     max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)  # one attempt's
+    after: str = Field("", pattern=r"^(|" + JOB_REF[1:-1] + r")$")  # start once that job (id or name) succeeds
+    reduce: ReduceSpec | None = None  # the job's own analysis, run once after its last shard (upwell.after)
+    notify: NotifySpec | None = None  # whom to tell about completed, failed ... (upwell.after.notify)
 
     @field_validator("payload")
     @classmethod
@@ -114,6 +118,7 @@ class PipelineRule(BaseModel):
     project: str = Field("", max_length=200)
     max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)
     max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)
+    notify: NotifySpec | None = None  # whom to tell about each drop's job (upwell.after.notify)
 
     _known_payload = field_validator("payload")(Manifest._known_payload.__func__)
 

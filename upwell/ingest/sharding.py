@@ -18,19 +18,13 @@ from dataclasses import dataclass
 from upwell.documents import archive_kind
 from upwell.errors import InputRejected
 from upwell.ingest import csvblocks
+from upwell.ingest.shardwriter import Shard, Writer, raw_ends
+from upwell.shardref import HEADER_LIMIT
 
 MAX_LINE_BYTES = 1 << 20
 # Only CR, LF and CRLF end a CSV line. str.splitlines() also splits at \v, \f, \x1c-\x1e, \x85,
 # \u2028 and \u2029, which are ordinary characters inside a field.
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
-
-@dataclass(frozen=True)
-class Shard:
-    index: int
-    data: bytes
-    rows: int
-    first_row: int  # row number of its first data row in the source (header = 1)
-
 
 @dataclass(frozen=True)
 class CsvOptions:
@@ -149,65 +143,6 @@ def _check_row(row: list[str], width: int, checks: list[tuple[int, str, str]], r
                                 field=col, row=rowno, source=source) from None
 
 
-class _Writer:
-    """Collects rows into shards: closes one at ``rows`` rows or once it reaches ``size`` bytes (header
-    included). State: the header bytes, the open shard's pieces, its row count, size and first row."""
-
-    def __init__(self, head: bytes, rows: int | None, size: int | None, max_shards: int, source: str):
-        self.head, self.rows, self.size, self.max_shards, self.source = head, rows, size, max_shards, source
-        self.parts: list[bytes] = []
-        self.count, self.bytes, self.first, self.index = 0, len(head), 0, 0
-
-    def row(self, text: bytes, rowno: int) -> Iterator[Shard]:
-        if self.count == 0:
-            self.first = rowno
-        self.parts.append(text)
-        self.count += 1
-        self.bytes += len(text)
-        if (self.rows and self.count >= self.rows) or (self.size and self.bytes >= self.size):
-            yield self._close()
-
-    def lines(self, data: bytes, ends, rows) -> Iterator[Shard]:
-        """Add checked lines: ``data`` ends each line at ``ends[k]``; ``rows[k]`` is its row number."""
-        import numpy as np
-
-        k, n = 0, len(ends)
-        while k < n:
-            if self.count == 0:
-                self.first = int(rows[k])
-            start = int(ends[k - 1]) if k else 0
-            take, full = n - k, False
-            if self.rows and self.count + take >= self.rows:
-                take, full = self.rows - self.count, True
-            if self.size:
-                reach = int(np.searchsorted(ends[k:k + take], start + self.size - self.bytes, side="left"))
-                if reach < take:
-                    take, full = reach + 1, True
-            end = int(ends[k + take - 1])
-            self.parts.append(data[start:end])
-            self.count += take
-            self.bytes += end - start
-            k += take
-            if full:
-                yield self._close()
-
-    def _close(self) -> Shard:
-        if self.index + 1 > self.max_shards:
-            raise InputRejected(f"{self.source} makes more than {self.max_shards} shards", field="shard",
-                                limit=f"max_shards={self.max_shards}", source=self.source)
-        shard = Shard(self.index, b"".join([self.head, *self.parts]), self.count, self.first)
-        self.index += 1
-        self.parts, self.count, self.bytes = [], 0, len(self.head)
-        return shard
-
-    def finish(self, header_row: int) -> Iterator[Shard]:
-        if self.count:
-            yield self._close()
-        elif self.index == 0:
-            raise InputRejected(f"{self.source} has a header but no data rows", field="row", row=header_row + 1,
-                                source=self.source)
-
-
 @dataclass
 class _Table:
     """What the header said: the columns, the type checks, and where the header was."""
@@ -234,28 +169,29 @@ def _header(row: list[str], rowno: int, columns: dict[str, str], source: str) ->
 def shard_csv(chunks: Iterable[bytes], *, source: str, rows_per_shard: int | None = None,
               bytes_per_shard: int | None = None, columns: dict[str, str] | None = None,
               max_shards: int = 10_000, max_line: int = MAX_LINE_BYTES,
-              options: CsvOptions | None = None) -> Iterator[Shard]:
+              options: CsvOptions | None = None, refs: bool = False) -> Iterator[Shard]:
     """Split a CSV stream into shards of at most ``rows_per_shard`` rows or ``bytes_per_shard`` bytes.
 
     UTF-8 text without quotes goes through the columnar reader (``csvblocks``) block by block; from
     the first block with a quote (and for UTF-16) rows go through Python's csv module. Both give the
-    same shards and the same errors (field, row, limit)."""
+    same shards and the same errors (field, row, limit). With ``refs``, a shard the columnar reader
+    checked whole is a byte range of the input instead of a copy (``shardwriter``)."""
     if not rows_per_shard and not bytes_per_shard:
         rows_per_shard = 1000
     return _Sharder(source, rows_per_shard, bytes_per_shard, columns or {}, max_shards, max_line,
-                    options or CsvOptions()).run(iter(chunks))
+                    options or CsvOptions(), refs).run(iter(chunks))
 class _Sharder:
     """One CSV stream: the columnar reader while the text allows it, Python's csv module after.
 
     State: the options, the header (once read), the shard writer and the last row number read."""
 
     def __init__(self, source: str, rows: int | None, size: int | None, columns: dict[str, str], max_shards: int,
-                 max_line: int, options: CsvOptions):
-        self.source, self.rows, self.size, self.columns = source, rows, size, columns
+                 max_line: int, options: CsvOptions, refs: bool = False):
+        self.source, self.rows, self.size, self.columns, self.refs = source, rows, size, columns, refs
         self.max_shards, self.max_line, self.opt = max_shards, max_line, options
         self.delim = options.delimiter.encode()
         self.table: _Table | None = None
-        self.writer: _Writer | None = None
+        self.writer: Writer | None = None
 
     def run(self, it: Iterator[bytes]) -> Iterator[Shard]:
         head = b""
@@ -290,8 +226,9 @@ class _Sharder:
                 break
             block = self._text(raw, offset, first=self.table is None)
             quoting = b'"' in block or (self.delim != b"," and b"," in block)  # csv from here on
+            base, first_line = offset, rowno + 1  # where raw starts in the input, and its first line's number
             if self.table is None:
-                block, rowno = (None, 0) if quoting else self._fast_header(block)
+                block, rowno = (None, 0) if quoting else self._fast_header(block, raw, base)
                 if block is None:
                     yield from self._slow(itertools.chain([head[:bom], raw, bytes(buf)], it), rowno=0,
                                           offset=bom)
@@ -304,7 +241,8 @@ class _Sharder:
                 continue
             lines = csvblocks.check_block(block, rowno + 1, self._layout(), self.max_line)
             data = lines.data if self.delim == b"," else lines.data.replace(self.delim, b",")
-            yield from self.writer.lines(data, lines.ends, lines.rows)
+            ends = raw_ends(raw, base)[lines.rows - first_line] if self.writer.pos >= 0 else None
+            yield from self.writer.lines(data, lines.ends, lines.rows, ends)
             rowno += lines.count
         if self.table is None:
             raise InputRejected(f"{self.source} is empty", field="document", row=0, source=self.source)
@@ -342,8 +280,9 @@ class _Sharder:
         block = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in raw else raw
         return block if not block or block.endswith(b"\n") else block + b"\n"
 
-    def _fast_header(self, block: bytes) -> tuple[bytes | None, int]:
-        """Skip comment lines, read the header; (the rest of the block, the header's row number)."""
+    def _fast_header(self, block: bytes, raw: bytes, base: int) -> tuple[bytes | None, int]:
+        """Skip comment lines, read the header; (the rest of the block, the header's row number). ``raw``: the
+        block as read, from ``base`` of the input (the rows' ranges start where the header line ends)."""
         pos, rowno, comment = 0, 1, self.opt.comment.encode()
         while comment and block.startswith(comment, pos):
             pos, rowno = block.index(b"\n", pos) + 1, rowno + 1
@@ -352,11 +291,15 @@ class _Sharder:
         if end < 0 or b'"' in line or len(line) + 1 > self.max_line:  # the csv module says what is wrong
             return None, 0
         self._start([] if not line else line.decode().split(self.opt.delimiter), rowno)
+        if self.refs:
+            self.writer.start_at(int(raw_ends(raw, base)[rowno - 1]))
         return block[end + 1:], rowno
 
     def _start(self, header: list[str], rowno: int) -> None:
         self.table = _header(header, rowno, self.columns, self.source)
-        self.writer = _Writer(_RowText()(self.table.header), self.rows, self.size, self.max_shards, self.source)
+        head = _RowText()(self.table.header)
+        self.writer = Writer(head, self.rows, self.size, self.max_shards, self.source,
+                             refs=self.refs and len(head) <= HEADER_LIMIT, numeric=tuple(self.table.numeric))
 
     def _layout(self) -> csvblocks.Layout:
         t = self.table

@@ -1,27 +1,32 @@
 """A job's inputs into shards: a manifest's data refs (whole files, or row blocks) and an instrument drop
 (row blocks by its rule, or one binary file passed through whole).
 
-Each shard is a tuple (shard id, params, input blob, input sha256), the form the ledger and queue take.
+Each shard is a tuple (shard id, params, input blob, input sha256[, input range]), the form the ledger and
+queue take. A row block the columnar reader checked, and a whole file, reference the upload at the version
+ingest read (the range, ``upwell.shardref``): nothing is copied, and the agent takes the digest as it stages
+the input in. Rows rewritten by Python's csv module (quotes, UTF-16) and Parquet batches are copied under
+shards/<job>/.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 from concurrent.futures import Future
-from pathlib import PurePosixPath
 
 from upwell import names
 from upwell.documents import archive_kind
 from upwell.errors import InputRejected, NotFound
 from upwell.ingest import manifests
+from upwell.ingest.badrows import collect as collect_bad_rows
 from upwell.ingest.blobnames import check_name
 from upwell.ingest.sharding import CsvOptions, shard_csv, shard_parquet
+from upwell.ingest.shardwriter import Shard
 from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.payloads import params as payload_params
 from upwell.settings import Settings
-from upwell.storage import Storage
+from upwell.shardref import ShardRef
+from upwell.storage import BlobChunks, Storage
 
 
 class InputSharder:
@@ -43,19 +48,17 @@ class InputSharder:
                 raise InputRejected(f"data[{i}]: {exc.message}", field=f"data[{i}]", limit=exc.limit) from None
             local = f"{names.INCOMING}/{folder}/{ref}".replace("//", "/")
             path = ref if ref.startswith(f"{names.INCOMING}/") else local
+            params = dict(m.params)
+            payload_params.validate(spec.definition, params)
             if m.shard.whole_files:
-                params = dict(m.params)
-                payload_params.validate(spec.definition, params)
-                blob_path, digest = self._whole_file(job_id, index, path, i)
-                yield (f"s{index:05d}", params, blob_path, digest)
+                yield (f"s{index:05d}", params, path, "", self._whole_file(path, i))
                 index += 1
                 continue
+            chunks = self._open(path)
             with ShardUploads(self.storage) as uploads:
-                for shard in self._stream(path, m.shard, {}):
-                    params = dict(m.params)
-                    payload_params.validate(spec.definition, params)
-                    blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}.csv"
-                    uploads.put(blob_path, shard.data, (f"s{index:05d}", params))
+                for shard in self._stream(path, chunks, m.shard, {}):
+                    self._keep(uploads, job_id, index, shard, (f"s{index:05d}", dict(params)), path, chunks,
+                               CsvOptions())
                     index += 1
             yield from uploads.shards
 
@@ -67,32 +70,40 @@ class InputSharder:
         if rule.format == "binary":
             return [("s00000", dict(rule.params), source, self._binary_sha256(name, opened))]
         options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
+        chunks = self._open(source, opened)
         with ShardUploads(self.storage) as uploads:
-            for shard in self._stream(source, rule.shard, rule.columns, fmt=rule.format, options=options,
-                                      opened=opened):
-                blob_path = f"{names.SHARDS}/{job_id}/s{shard.index:05d}.csv"
-                uploads.put(blob_path, shard.data, (f"s{shard.index:05d}", dict(rule.params)))
+            for shard in self._stream(source, chunks, rule.shard, rule.columns, fmt=rule.format, options=options):
+                self._keep(uploads, job_id, shard.index, shard, (f"s{shard.index:05d}", dict(rule.params)), source,
+                           chunks, options)
         return uploads.shards
 
-    def _whole_file(self, job_id: str, index: int, path: str, i: int) -> tuple[str, str]:
-        """Copy one data file unchanged to shards/<job>/sNNNNN<ext>; (blob path, sha256)."""
-        name = path.split("/", 1)[1]
+    def _keep(self, uploads: ShardUploads, job_id: str, index: int, shard: Shard, row: tuple, source: str,
+              chunks: BlobChunks, options: CsvOptions) -> None:
+        """A range of ``source`` at the version ``chunks`` read (upwell.shardref), or a copy under
+        shards/<job>/."""
+        if not shard.is_range:
+            uploads.put(f"{names.SHARDS}/{job_id}/s{index:05d}.csv", shard.data, row)
+            return
+        ref = ShardRef(shard.offset, shard.length, chunks.etag, chunks.version_id, header=shard.header.decode(),
+                       delimiter=options.delimiter, missing=options.missing, numeric=shard.numeric)
+        uploads.refer(source, row, ref.to_dict())
+
+    def _whole_file(self, path: str, i: int) -> dict:
+        """One data file passed whole: a reference to it at its current version, never a copy nor read here
+        (but for its first bytes, the archive check); the agent takes its digest as it stages it in."""
         try:
-            data = self.storage.read(path)
+            props = self.storage.properties(path)
         except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field=f"data[{i}]") from None
-        if len(data) > self.settings.max_upload_bytes:
-            raise InputRejected(f"data[{i}] is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}",
+        if props.size > self.settings.max_upload_bytes:
+            raise InputRejected(f"data[{i}] is {props.size} bytes; the limit is {self.settings.max_upload_bytes}",
                                 field=f"data[{i}]", limit=f"max_upload_bytes={self.settings.max_upload_bytes}")
-        kind = archive_kind(data[:512])
+        head = b"".join(self.storage.chunks(path, etag=props.etag, offset=0, length=512)) if props.size else b""
+        kind = archive_kind(head)
         if kind:
             raise InputRejected(f"data[{i}] is a {kind} archive; archives are not accepted: upload the files "
                                 "themselves", field=f"data[{i}]")
-        suffix = PurePosixPath(name).suffix
-        suffix = suffix if re.fullmatch(r"\.[A-Za-z0-9]{1,10}", suffix) else ""
-        blob_path = f"{names.SHARDS}/{job_id}/s{index:05d}{suffix}"
-        self.storage.write(blob_path, data)
-        return blob_path, hashlib.sha256(data).hexdigest()
+        return ShardRef(0, props.size, props.etag, str(getattr(props, "version_id", None) or "")).to_dict()
 
     def _binary_sha256(self, name: str, opened: Future | None = None) -> str:
         """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
@@ -107,15 +118,18 @@ class InputSharder:
                                 "files themselves", field="document")
         return digest.hexdigest()
 
-    def _stream(self, path: str, rule: manifests.ShardRule, columns: dict, fmt: str = "",
-                options: CsvOptions | None = None, opened: Future | None = None):
-        """Shards of ``path``; ``opened``: its ``Storage.chunks`` already asked for (a NotFound is raised here)."""
-        fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
-        limit = self.settings.max_shards
+    def _open(self, path: str, opened: Future | None = None) -> BlobChunks:
+        """The chunks of ``path`` (``opened``: already asked for); a missing blob is bad input."""
         try:
-            chunks = opened.result() if opened is not None else self.storage.chunks(path)
+            return opened.result() if opened is not None else self.storage.chunks(path)
         except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field="data") from None
+
+    def _stream(self, path: str, chunks: BlobChunks, rule: manifests.ShardRule, columns: dict, fmt: str = "",
+                options: CsvOptions | None = None):
+        """Shards of ``path``: CSV row blocks as ranges of it where the columnar reader checked them."""
+        fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
+        limit = self.settings.max_shards
         if fmt == "parquet":
             with tempfile.NamedTemporaryFile(suffix=".parquet") as tmp:
                 for chunk in chunks:
@@ -124,5 +138,13 @@ class InputSharder:
                 yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
                                          columns=columns, max_shards=limit)
             return
-        yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,
-                             bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options)
+        try:
+            yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,
+                                 bytes_per_shard=rule.bytes, columns=columns, max_shards=limit, options=options,
+                                 refs=True)
+        except InputRejected as exc:  # a bad row: the .error.json lists every one, up to a limit
+            if exc.row and exc.field not in ("shard", "header", "document"):
+                exc.rows, exc.more_rows = collect_bad_rows(self.storage.chunks(path), source=path, columns=columns,
+                                                           options=options or CsvOptions(),
+                                                           limit=self.settings.quarantine_max_rows)
+            raise

@@ -50,6 +50,9 @@ class Plan:
     spot: bool
     budget_usd: float | None
     nodes: int = 1  # nodes of one allocation per shard (upwell.shape)
+    usd_low: float = 0.0  # the estimate's range (upwell.cost.forecast)
+    usd_high: float = 0.0
+    basis: str = ""  # what the estimate rests on: the manifest, or results blended with it
 
 
 def check(storage: Storage | None, paths: list[Path], prefix: str = "", settings=None) -> list[Plan]:
@@ -79,6 +82,7 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
     from upwell.errors import InputRejected
     from upwell.ingest import manifests
     from upwell.ingest.ingestor import Ingestor
+    from upwell.payloads.registry import split_ref
 
     definitions = Ingestor(storage, settings).definitions if storage is not None else None
     m = manifests.load_manifest(local.read_bytes(), f"{names.INCOMING}/{name}",
@@ -101,11 +105,13 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
         points = manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition)
         shards = len(points)
     price_key = settings.pools[pool].price_key
-    ns, usd = _estimate(storage, m, pool, points, settings, resources)
-    if shards and m.budget_usd is not None and usd > m.budget_usd:
-        raise InputRejected(f"incoming/{name}: estimated cost ${usd:.2f} ({ns:.0f} node-seconds on {price_key}) "
-                            f"exceeds the budget ${m.budget_usd:.2f}", field="budget_usd")
-    return Plan(name, m.payload, pool, shards, ns, usd, price_key, m.spot, m.budget_usd, resources.nodes)
+    e = _estimate(storage, definition.name if definition else split_ref(m.payload)[0], m, pool, points, settings,
+                  resources)
+    if shards and m.budget_usd is not None and e.usd > m.budget_usd:
+        raise InputRejected(f"incoming/{name}: estimated cost ${e.usd:.2f} ({e.node_seconds:.0f} node-seconds on "
+                            f"{price_key}) exceeds the budget ${m.budget_usd:.2f}", field="budget_usd")
+    return Plan(name, m.payload, pool, shards, e.node_seconds, e.usd, price_key, m.spot, m.budget_usd,
+                resources.nodes, e.usd_low, e.usd_high, e.basis)
 
 
 def _check_shape(name: str, m, definition, pool: str, settings):
@@ -124,20 +130,16 @@ def _check_shape(name: str, m, definition, pool: str, settings):
     return resources
 
 
-def _estimate(storage: Storage | None, m, pool: str, points: list[dict], settings,
-              resources) -> tuple[float, float]:
-    """(node-seconds, USD) as ingest will estimate them: the pool's price and spot share, node time
-    learned from earlier results where the account has them, times the nodes of a shard
-    (upwell.cost.forecast)."""
+def _estimate(storage: Storage | None, payload: str, m, pool: str, points: list[dict], settings, resources):
+    """The estimate ingest will make (upwell.cost.forecast.for_job, the one function both call): the pool's
+    price and spot share, node time learned from earlier results where the account has them, blended with the
+    manifest's figure, times the nodes of a shard."""
     from upwell.cost import forecast as est
     from upwell.ledger import Ledger
 
-    history = est.learn(Ledger(storage), m.payload, pool) if storage is not None else est.History()
-    e = est.estimate(points, history=history, manifest_s=m.estimate.node_seconds_per_shard,
-                     price_key=settings.pools[pool].price_key, spot_allowed=bool(m.spot),
-                     pool_spot_share=settings.pools[pool].spot_share, ranks=resources.ranks, gpus=resources.gpus,
-                     nodes=resources.nodes)
-    return e.node_seconds, e.usd
+    return est.for_job(Ledger(storage) if storage is not None else None, payload=payload, pool=pool,
+                       spec=settings.pools[pool], points=points, manifest_s=m.estimate.node_seconds_per_shard,
+                       spot=bool(m.spot), resources=resources)
 
 
 def _data_shards(storage: Storage | None, name: str, m, uploading: dict[str, Path], settings) -> int | None:

@@ -1,4 +1,5 @@
-"""Shard blobs written in parallel while the reader goes on parsing.
+"""Shard blobs written in parallel while the reader goes on parsing, in order with the shards that
+reference their input instead (``refer``: nothing to write).
 
 Azurite and Blob Storage take many uploads at once; one at a time, ingest waits on each
 round trip. At most ``depth`` shards are in flight, so memory stays bounded while the
@@ -28,7 +29,7 @@ class ShardUploads:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="shard-upload")
         self.depth = depth
         self.pending: list[Future] = []
-        self.rows: list[tuple[tuple, str, Future]] = []
+        self.rows: list[tuple[tuple, str, Future | dict]] = []
 
     def put(self, path: str, data: bytes, row: tuple = ()) -> None:
         while len(self.pending) >= self.depth:
@@ -42,9 +43,16 @@ class ShardUploads:
         self.storage.write(path, data)
         return digest
 
+    def refer(self, path: str, row: tuple, ref: dict) -> None:
+        """A shard that references ``path`` (``ref``: its range, upwell.shardref): nothing to upload; it keeps
+        its place among the others."""
+        self.rows.append((row, path, ref))
+
     @property
     def shards(self) -> list[tuple]:
-        return [(*row, path, future.result()) for row, path, future in self.rows]
+        """``(*row, path, sha256)`` for an upload; ``(*row, path, "", range)`` for a reference."""
+        return [(*row, path, "", kept) if isinstance(kept, dict) else (*row, path, kept.result())
+                for row, path, kept in self.rows]
 
     def __enter__(self) -> ShardUploads:
         return self

@@ -11,6 +11,7 @@ its stop signal, writes its checkpoint (kept for a re-run) and the shard becomes
 from __future__ import annotations
 
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -33,6 +34,9 @@ class Cancelled:
     drained: int  # messages taken off the queue
     running: int  # shards that were running when the cancel came
     still_running: int  # of those, how many had not stopped when we stopped waiting
+    # Per state, what became of the shards: (state at the cancel, state after it, count), every shard once; a
+    # running shard that finished on its own is (running, succeeded), not a cancelled one.
+    outcome: tuple[tuple[str, str, int], ...] = ()
 
 
 def cancel_job(storage: Storage, job_id: str, *, wait_s: float = 60.0, ledger: Ledger | None = None) -> Cancelled:
@@ -50,9 +54,12 @@ def cancel_job(storage: Storage, job_id: str, *, wait_s: float = 60.0, ledger: L
     queued = ledger.cancel_shards(job_id, [s for s in shards if not s.terminal and s.status not in IN_PROGRESS])
     drained = drain_messages(storage, ledger, job.pool, job_id) if job.pool else 0
     still = _wait_stopped(ledger, job_id, running, wait_s)
+    after = {s.shard_id: s.status.value for s in ledger.shards(job_id)}
+    moves = Counter((s.status.value, after.get(s.shard_id, "deleted")) for s in shards)
     log.info("cancel.done", job_id=job_id, queued=queued, drained=drained, running=len(running),
              still_running=len(still))
-    return Cancelled(job_id, queued, drained, len(running), len(still))
+    return Cancelled(job_id, queued, drained, len(running), len(still),
+                     tuple((was, now, n) for (was, now), n in sorted(moves.items())))
 
 
 def _wait_stopped(ledger: Ledger, job_id: str, running: list[str], wait_s: float) -> list[str]:

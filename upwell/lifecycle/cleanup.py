@@ -52,15 +52,37 @@ def delete_prefix(storage: Storage, container: str, prefix: str, *, exact: bool 
     return n
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What ``delete_job`` would remove: each place (a prefix or a blob) with its blob count, and the rows."""
+
+    job_id: str
+    status: str
+    places: tuple[tuple[str, int], ...]
+    rows: int
+
+    @property
+    def blobs(self) -> int:
+        return sum(n for _, n in self.places)
+
+
+def plan_delete(storage: Storage, job_id: str, *, force: bool = False, ledger: Ledger | None = None) -> Plan:
+    """What deleting ``job_id`` would remove, read and changed nothing (``upwell delete`` shows it first);
+    refused as ``delete_job`` refuses it."""
+    ledger = ledger or Ledger(storage)
+    job = _deletable(ledger, job_id, force)
+    places = [(f"{c}/{job_id}/", sum(1 for _ in storage.list(c, f"{job_id}/")))
+              for c in (names.SHARDS, names.CHECKPOINTS, names.RESULTS, names.REPORTS)]
+    if job.source_blob.startswith(f"{names.INCOMING}/") and job.source_etag:
+        places.append((job.source_blob, 1))
+    places += [(p, 1) for p in filter(None, [job.quarantine_blob]) for p in (p, f"{p}{ERROR_SUFFIX}")]
+    return Plan(job_id, job.status.value, tuple(places), 1 + len(ledger.shards(job_id)))
+
+
 def delete_job(storage: Storage, job_id: str, *, force: bool = False, ledger: Ledger | None = None) -> Deleted:
     ledger = ledger or Ledger(storage)
-    job = ledger.job(job_id)
-    if job is None:
-        raise UpwellError(f"no such job {job_id}")
+    job = _deletable(ledger, job_id, force)
     if job.status not in ENDED_JOB:
-        if not force:
-            raise UpwellError(f"job {job_id} is {job.status.value}; `upwell cancel` it first, "
-                              "or delete with --force (which cancels it)")
         from upwell.lifecycle.cancel import cancel_job
 
         cancel_job(storage, job_id, wait_s=30.0, ledger=ledger)
@@ -74,6 +96,17 @@ def delete_job(storage: Storage, job_id: str, *, force: bool = False, ledger: Le
     rows = ledger.delete_job(job_id)
     log.info("delete.done", job_id=job_id, blobs=blobs, rows=rows)
     return Deleted(job_id, blobs, rows)
+
+
+def _deletable(ledger: Ledger, job_id: str, force: bool) -> JobRow:
+    """The job row; UpwellError when there is none, or it is still queued or running and not ``force``."""
+    job = ledger.job(job_id)
+    if job is None:
+        raise UpwellError(f"no such job {job_id}")
+    if job.status not in ENDED_JOB and not force:
+        raise UpwellError(f"job {job_id} is {job.status.value}; `upwell cancel` it first, "
+                          "or delete with --force (which cancels it)")
+    return job
 
 
 def _delete_upload(storage: Storage, job: JobRow) -> int:

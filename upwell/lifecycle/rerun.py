@@ -9,6 +9,7 @@ resumes from it; a failed or succeeded one starts afresh. The job is reported ag
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 from upwell import logs, names
@@ -16,6 +17,7 @@ from upwell.errors import UpwellError
 from upwell.ingest.fanout import send_in_order
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.messages import WorkItem, encode
+from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
 
@@ -81,7 +83,8 @@ def _item(job: JobRow, shard: ShardRow) -> WorkItem:
     job_id, sid = job.job_id, shard.shard_id
     return WorkItem(job_id=job_id, shard_id=sid, payload=job.payload, pool=job.pool, params=shard.parameters(),
                     payload_version=job.payload_version, payload_sha256=job.payload_sha256,
-                    input_blob=shard.input_blob or None, checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
+                    input_blob=shard.input_blob or None, input_range=json.loads(shard.input_range or "null"),
+                    checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                     result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=job.ranks or 1, gpus=job.gpus)
 
 
@@ -92,3 +95,11 @@ def _forget_result(storage: Storage, job_id: str, shard_id: str, *, keep_checkpo
     delete_prefix(storage, names.RESULTS, f"{job_id}/{shard_id}.json", exact=True)
     if not keep_checkpoint:
         delete_prefix(storage, names.CHECKPOINTS, f"{job_id}/{shard_id}/")
+
+
+def rerun_reduce(storage: Storage, job_id: str, settings: Settings | None = None) -> str:
+    """Run the job's reduce step alone again (``upwell rerun JOB --reduce``), as a new attempt with its
+    definition as registered now; the new reduce job's id (upwell.after.reduce)."""
+    from upwell.after.reduce import rerun
+
+    return rerun(storage, settings or Settings.from_env(), job_id)

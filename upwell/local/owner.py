@@ -27,7 +27,8 @@ def _path(blob_port: int) -> Path:
     return run_dir() / f"stack-{blob_port}.json"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """True while process ``pid`` runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -45,7 +46,7 @@ def owner(blob_port: int) -> dict | None:
         info = json.loads(_path(blob_port).read_text())
     except (OSError, ValueError):
         return None
-    return info if isinstance(info, dict) and _alive(int(info.get("pid") or 0)) else None
+    return info if isinstance(info, dict) and alive(int(info.get("pid") or 0)) else None
 
 
 def claim(kind: str, home: Path, ports: tuple[int, int, int], http_port: int) -> None:
@@ -76,3 +77,14 @@ def describe(info: dict) -> str:
 
 def same_home(info: dict, home: Path) -> bool:
     return info.get("home") == str(Path(home).resolve())
+
+
+def live_stacks() -> list[dict]:
+    """Every live stack recorded in the run dir, newest first (a file whose process is gone is skipped)."""
+    found = []
+    for path in sorted(run_dir().glob("stack-*.json")):
+        with contextlib.suppress(ValueError):
+            info = owner(int(path.stem.removeprefix("stack-")))
+            if info:
+                found.append(info)
+    return sorted(found, key=lambda i: str(i.get("since")), reverse=True)

@@ -4,20 +4,31 @@
 listens on the chosen ports (a second ``upwell up`` keeps the data under
 ``.upwell/azurite``); ``stop()`` stops the devhost, drains the local workers and
 stops the Azurite it started, and nothing else.
+
+The stack's state file, ``<home>/stack.json`` (``save_state``/``load_state``/``clear_state``), tells every other
+command where a running ``upwell up`` listens: its process, its phase (``starting``, then ``ready``), its ports and
+its connection string. A command without ``AzureWebJobsStorage`` reads it (``upwell.local.reach``), so a stack on
+moved ports is found; a file whose process is gone is stale and ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from upwell import REPO, names
-from upwell.local import azurite
+from upwell.local import azurite, owner
 from upwell.settings import Settings
-from upwell.storage import Storage
+
+if TYPE_CHECKING:
+    from upwell.storage import Storage
 
 REPO = REPO
 DEFAULT_SCHEDULE = "*/3 * * * * *"
@@ -56,6 +67,8 @@ class LocalStack:
 
     @property
     def storage(self) -> Storage:
+        from upwell.storage import Storage  # the SDK clients load only when used: `upwell status` reads the state
+
         return Storage(self.connection_string)
 
     def start_storage(self) -> None:
@@ -140,3 +153,51 @@ class LocalStack:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+
+
+STATE_FILE = "stack.json"
+
+
+@dataclass(frozen=True)
+class StackState:
+    """What ``upwell up`` writes to ``<home>/stack.json``: who runs the stack and where it listens."""
+
+    pid: int
+    phase: str  # "starting" (Azurite and the devhost on their way) or "ready"
+    ports: tuple[int, int, int]
+    http_port: int
+    connection_string: str
+
+    @property
+    def alive(self) -> bool:
+        return owner.alive(self.pid)
+
+
+def save_state(home: Path, phase: str, ports: tuple[int, int, int], http_port: int) -> StackState:
+    """Write (atomically) this process's stack state under ``home``; returns it."""
+    state = StackState(os.getpid(), phase, tuple(ports), http_port, azurite.connection_string(*ports))
+    path = Path(home) / STATE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**asdict(state), "ports": list(state.ports)}, indent=2) + "\n")
+    os.replace(tmp, path)
+    return state
+
+
+def load_state(home: Path) -> StackState | None:
+    """The stack state under ``home`` if its process still runs; None when absent, unreadable or stale."""
+    try:
+        raw = json.loads((Path(home) / STATE_FILE).read_text())
+        state = StackState(int(raw["pid"]), str(raw["phase"]), tuple(int(p) for p in raw["ports"]),
+                           int(raw["http_port"]), str(raw["connection_string"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return state if len(state.ports) == 3 and state.alive else None
+
+
+def clear_state(home: Path) -> None:
+    """Remove the state file if this process wrote it (a second ``up`` that was refused leaves the first's)."""
+    path = Path(home) / STATE_FILE
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        if int(json.loads(path.read_text())["pid"]) == os.getpid():
+            path.unlink()

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from azure.core.exceptions import ResourceNotFoundError
 
 from upwell import logs, names
+from upwell.access.tags import folder_project
 from upwell.errors import NotFound, RedriveExhausted
 from upwell.ingest import lease
 from upwell.ingest.blobnames import is_manifest, is_manifest_input, job_id_for
@@ -290,7 +291,8 @@ class Reconciler:
     def _quarantine(self, name: str, etag: str, tries: int, error: str) -> None:
         exc = RedriveExhausted(f"incoming/{name[:200]} failed {tries} re-drives by the reconciler; last error: "
                                f"{error}", field="redrive", limit=f"max_redrives={tries}", source=f"incoming/{name}")
-        quarantine(self.storage, self.ledger, job_id_for(name, etag), name, etag, exc)
+        quarantine(self.storage.for_project(folder_project(name) or self.settings.project), self.ledger,
+                   job_id_for(name, etag), name, etag, exc)
 
     # -- results/ ----------------------------------------------------------------------------------
 

@@ -110,9 +110,22 @@ class Outputs(_Strict):
 
 
 class Checkpoint(_Strict):
+    """The checkpoint contract. Only files matching ``files`` are the checkpoint: they alone make the next
+    attempt a resume (and a stopped tool's exit a preemption). ``keep`` files travel with them (a log the tool
+    appends to on resume) but never count. An empty checkpoint file, one that fails ``verify``, or one the
+    tool cannot resume from (it fails without writing a newer one) is dropped and the attempt starts fresh."""
+
     signal: Literal[SIGNALS] = "SIGTERM"  # type: ignore[valid-type]
     grace_s: float = Field(30.0, gt=0, le=600)
-    files: list[str] = Field(default_factory=list, description="globs of checkpoint files kept between attempts")
+    files: list[str] = Field(default_factory=list,
+                             description="globs (relative to the work dir) of the checkpoint itself: only these count")
+    keep: list[str] = Field(default_factory=list,
+                            description="globs of other files kept beside the checkpoint (a log appended on resume); "
+                                        "they never make an attempt a resume")
+    verify: Argv = Field(default_factory=list,
+                         description="argv run before a resume; a non-zero exit drops the checkpoint (fresh start)")
+    history: int = Field(1, ge=1, le=100,
+                         description="how many of each glob's newest matches are kept (1: only the newest checkpoint)")
     resume: Argv = Field(default_factory=list, description="argv appended to command when a checkpoint exists")
 
 
@@ -151,6 +164,9 @@ class Definition(_Strict):
                                   description="work-dir file -> text template, written before prepare runs")
     prepare: list[Argv] = Field(default_factory=list, description="argv steps run before command, in order")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables for every step")
+    version_command: Argv = Field(default_factory=list,
+                                  description="argv that prints the tool's version (e.g. [gmx, --version]); run "
+                                              "once per node and definition, recorded in each result's provenance")
     launcher: Launcher = Launcher()
     resources: Resources = Resources()
     pool: str = Field("cpu", pattern=r"^[a-z][a-z0-9-]{0,30}$")
@@ -183,6 +199,7 @@ class Definition(_Strict):
         out["input.path"] = self.input.path
         out.update({f"outputs.artifacts[{i}]": g for i, g in enumerate(self.outputs.artifacts)})
         out.update({f"checkpoint.files[{i}]": g for i, g in enumerate(self.checkpoint.files)})
+        out.update({f"checkpoint.keep[{i}]": g for i, g in enumerate(self.checkpoint.keep)})
         if self.outputs.metrics_json:
             out["outputs.metrics_json"] = self.outputs.metrics_json
         out.update({f"outputs.post[{i}].metrics_json": p.metrics_json for i, p in enumerate(self.outputs.post)
@@ -196,6 +213,7 @@ class Definition(_Strict):
     def argvs(self) -> dict[str, Argv]:
         """Every argv template, by its path in the file."""
         out = {"command": self.command, "checkpoint.resume": self.checkpoint.resume,
+               "checkpoint.verify": self.checkpoint.verify, "version_command": self.version_command,
                "launcher.mpiexec": self.launcher.mpiexec, "launcher.torchrun": self.launcher.torchrun}
         out.update({f"prepare[{i}]": a for i, a in enumerate(self.prepare)})
         out.update({f"outputs.post[{i}].command": p.command for i, p in enumerate(self.outputs.post)})

@@ -4,15 +4,19 @@ Built-ins are the YAML files in the repo's ``payloads/`` folder, deployed with t
 app. Registered definitions are blobs ``payloads/<name>/<version>.yaml`` that an
 operator pushes (``upwell payload push``); the container's write role is separate
 from the uploaders'. A version, once pushed, never changes: pushing other bytes
-under the same version is refused. A name resolves to its newest version unless
-the manifest pins one (``payload: name@version``). Registered names may not
-shadow built-ins. The registry keeps no state beyond a cache of built-ins.
+under the same version is refused, except for the version ``dev``: a tag that a lab pushes over while it
+tries a tool (a manifest names it as ``name@dev``; a bare name never resolves to it). A name resolves to
+its newest version unless the manifest pins one (``payload: name@version``). Registered names may not
+shadow built-ins. ``delete`` removes a pushed version. Neither a delete nor a push over ``dev`` happens
+while an open job runs that version (``PayloadInUse``): its agents resolve the exact content ingest
+validated. The registry keeps no state beyond a cache of built-ins.
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from urllib.parse import quote
 
 from packaging.version import InvalidVersion, Version
 
@@ -21,6 +25,24 @@ from upwell.errors import InputRejected, NotFound
 from upwell.payloads.validate import Loaded, load
 
 BUILTIN_DIR = REPO / "payloads"
+DEV = "dev"  # the one version that a push may overwrite
+
+
+class PayloadInUse(InputRejected):
+    """A pushed version that an open job runs: it is neither deleted nor overwritten until the job ends."""
+
+
+def users(ledger, name: str, version: str) -> list[str]:
+    """The open jobs (upwell.ledger, through its index of open jobs) that run ``name@version``."""
+    return sorted(j.job_id for j in ledger.open_jobs() if j.payload == name and j.payload_version == version)
+
+
+def _refuse_in_use(ledger, name: str, version: str, doing: str) -> None:
+    using = users(ledger, name, version) if ledger is not None else []
+    if using:
+        more = f" and {len(using) - 5} more" if len(using) > 5 else ""
+        raise PayloadInUse(f"{name}@{version} is not {doing}: open job(s) {', '.join(using[:5])}{more} run it; "
+                           "cancel them (upwell cancel JOB) or wait until they end", field="version")
 
 
 @functools.cache
@@ -85,7 +107,11 @@ class Registry:
         if not versions:
             known = sorted(set(builtins(folder=self.folder)) | set(self._names()))
             raise InputRejected(f"payload {name!r} is not registered; known: {known}", field="payload")
-        chosen = version or versions[-1]
+        released = [v for v in versions if v != DEV]
+        if not version and not released:
+            raise InputRejected(f"payload {name!r} has only a {DEV} version: name it as {name}@{DEV}",
+                                field="payload")
+        chosen = version or released[-1]
         if chosen not in versions:
             raise InputRejected(f"payload {name}@{chosen} is not registered; versions: {versions}",
                                 field="payload")
@@ -122,23 +148,58 @@ class Registry:
         return out
 
     # -- writing (operators) --------------------------------------------------------------
-    def push(self, data: bytes, source: str) -> tuple[Loaded, bool]:
-        """Validate and store one definition; (loaded, False) when the same bytes were already there."""
+    def push(self, data: bytes, source: str, *, pushed_by: str = "", ledger=None) -> tuple[Loaded, bool]:
+        """Validate and store one definition; (loaded, False) when the same bytes were already there. Other
+        bytes under a pushed version are refused, except under ``dev``, which they replace unless an open job
+        in ``ledger`` runs it (PayloadInUse). ``pushed_by`` (the operator, upwell.access.caller) is kept in the
+        blob's metadata."""
         loaded = load(data, source, self.allowlist)
         d = loaded.definition
         if d.name in builtins(folder=self.folder):
             raise InputRejected(f"{source}: {d.name!r} is a built-in payload; it changes with the app's "
                                 "payloads/ folder, not by push", field="name", source=source)
         path = f"{names.PAYLOADS}/{d.name}/{d.version}.yaml"
+        meta = _metadata(loaded, pushed_by)
         try:
             created = self.storage.write(path, data, overwrite=False, content_type="application/yaml",
-                                         metadata={"sha256": loaded.sha256.split(":", 1)[1]})
+                                         metadata=meta)
         except NotFound:
             raise InputRejected(f"the {names.PAYLOADS} container does not exist: deploy (bicep/) or run "
                                 "`upwell up` first", field="storage", source=source) from None
         if created:
             return loaded, True
-        if load(self.storage.read(path), path, ("*",)).sha256 != loaded.sha256:
+        if load(self.storage.read(path), path, ("*",)).sha256 == loaded.sha256:
+            return loaded, False
+        if d.version != DEV:
             raise InputRejected(f"{source}: {d.name}@{d.version} is already registered with other content; "
-                                "a version never changes: raise the version", field="version", source=source)
-        return loaded, False
+                                f"a version never changes: raise the version (only {DEV} may be pushed over)",
+                                field="version", source=source)
+        _refuse_in_use(ledger, d.name, DEV, "pushed over")
+        self.storage.write(path, data, overwrite=True, content_type="application/yaml", metadata=meta)
+        return loaded, True
+
+    def delete(self, ref: str, ledger) -> str:
+        """Remove the pushed version ``name@version``; refused for a built-in, a version that is not there,
+        and one that an open job in ``ledger`` runs (PayloadInUse). The blob deleted."""
+        name, version = split_ref(ref)
+        if not version:
+            raise InputRejected(f"{ref!r}: name the version to delete, as NAME@VERSION; versions: "
+                                f"{self.versions(name)}", field="version")
+        if name in builtins(folder=self.folder):
+            raise InputRejected(f"{name!r} is a built-in payload; it changes with the app's payloads/ folder",
+                                field="name")
+        if version not in self.versions(name):
+            raise InputRejected(f"payload {name}@{version} is not registered; versions: {self.versions(name)}",
+                                field="version")
+        _refuse_in_use(ledger, name, version, "deleted")
+        path = f"{names.PAYLOADS}/{name}/{version}.yaml"
+        self.storage.delete(path)
+        return path
+
+
+def _metadata(loaded: Loaded, pushed_by: str) -> dict[str, str]:
+    """A pushed definition's blob metadata: its content hash, and who pushed it (quoted: metadata is ASCII)."""
+    meta = {"sha256": loaded.sha256.split(":", 1)[1]}
+    if pushed_by:
+        meta["pushed_by"] = quote(pushed_by, safe="@.-_")
+    return meta

@@ -7,6 +7,7 @@ with all of them. The five common mistakes get a named code (see
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,7 @@ def _get(doc: Any, *keys: Any) -> Any:
 
 def _argvs(doc: dict) -> list[tuple[str, Any]]:
     found = [("command", doc.get("command")), ("checkpoint.resume", _get(doc, "checkpoint", "resume")),
+             ("checkpoint.verify", _get(doc, "checkpoint", "verify")), ("version_command", doc.get("version_command")),
              ("launcher.mpiexec", _get(doc, "launcher", "mpiexec")),
              ("launcher.torchrun", _get(doc, "launcher", "torchrun"))]
     prepare = doc.get("prepare")
@@ -128,7 +130,29 @@ def _unknown(path: str, text: Any, known: set[str]) -> list[Problem]:
     if not isinstance(text, str):
         return []
     return [Problem("unknown-placeholder", path, f"placeholder {{{name}}} is neither a param nor one of "
-                    f"{sorted(BUILTINS)}") for name in placeholders(text) if name not in known]
+                    f"{sorted(BUILTINS)}" + (f"; if ${{{name}}} is the tool's own variable, write ${{{{{name}}}}}"
+                                             if f"${{{name}}}" in text else ""))
+            for name in placeholders(text) if name not in known]
+
+
+TOOL_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${name}: a shell's, LAMMPS's, CMake's own syntax
+
+
+def warnings(d: Definition) -> list[Problem]:
+    """What is valid but likely a mistake: a param whose name also appears as ``${name}`` in a file or argv.
+    upwell substitutes ``{name}`` inside it (``${T}`` becomes ``$300``), so a tool that meant its own variable
+    ``T`` never sees it. ``${{name}}`` keeps the text for the tool (``{{``/``}}`` are literal braces)."""
+    texts = {f"files.{k}": v for k, v in d.files.items()}
+    texts.update({f"{where}[{i}]": a for where, argv in d.argvs().items() for i, a in enumerate(argv)})
+    texts.update({f"outputs.post[{i}].stdin": p.stdin for i, p in enumerate(d.outputs.post)})
+    out = []
+    for where, text in texts.items():
+        for name in dict.fromkeys(TOOL_VARIABLE.findall(text)):
+            if name in d.params or name in BUILTINS:
+                out.append(Problem("param-shadows-tool-variable", where,
+                                   f"${{{name}}} is substituted with the param {name!r} (e.g. ${{{name}}} -> "
+                                   f"$<value>); if the tool means its own variable, write ${{{{{name}}}}}"))
+    return out
 
 
 def _loc(loc: tuple) -> str:

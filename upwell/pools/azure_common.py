@@ -84,7 +84,8 @@ AZURE_VM_ENV = {"UPWELL_EVICTION_WATCH": "1"}
 
 
 def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
-    """The agent's environment on a node: pool, size, identity-based storage, and options.env."""
+    """The agent's environment on a node: pool, size, identity-based storage, the image's digest when the
+    image is pinned by one, and options.env."""
     env = {"UPWELL_POOL": spec.name, "UPWELL_VM_SIZE": spec.vm_size}
     slots = agent_slots(spec)
     if slots > 1:  # one agent per node runs this many shards at once (workers.agent)
@@ -98,6 +99,9 @@ def agent_env(spec: PoolSpec, **extra: str) -> dict[str, str]:
         env[f"{names.CONNECTION}__credential"] = "managedidentity"
         if client_id:
             env[f"{names.CONNECTION}__clientId"] = str(client_id)
+    image = str(spec.options.get("image") or "")
+    if "@sha256:" in image:  # pinned at deploy (bicep/hooks/imagedigest.sh): results record what ran
+        env["UPWELL_IMAGE_DIGEST"] = "sha256:" + image.rsplit("@sha256:", 1)[1]
     env.update({str(k): str(v) for k, v in (spec.options.get("env") or {}).items()})
     env.update({k: v for k, v in extra.items() if v is not None})
     return env

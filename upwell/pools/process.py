@@ -91,7 +91,7 @@ class LocalPool(WorkerPool):
             except (OSError, ValueError):
                 continue
             if not _alive(pid):
-                for suffix in (".pid", ".json", ".stopping", ".tmp"):
+                for suffix in (".pid", ".json", ".stopping", ".tmp", ".warm"):
                     (self.dir / f"{wid}{suffix}").unlink(missing_ok=True)
                 continue
             state = "starting"
@@ -119,11 +119,15 @@ class LocalPool(WorkerPool):
         live = {w: v for w, v in workers.items() if v[1] in ("starting", "idle", "running")}
         if n > len(live):
             for _ in range(n - len(live)):
-                self._spawn(set(workers))
+                # The first min_nodes agents are warm: they never exit on idle, so an interactive job after a
+                # pause starts on a running agent, not a cold one; the rest exit after idle_exit_s.
+                warm = sum(1 for w in live if (self.dir / f"{w}.warm").exists()) < self.spec.min_nodes
+                live[self._spawn(set(workers), idle_exit_s=0.0 if warm else self.idle_exit_s, warm=warm)] = (0, "")
                 workers = self._workers()
         elif n < len(live):
             idle = sorted((w for w, (_, s) in live.items() if s == "idle" and node_id(w) not in (busy or ())),
                           reverse=True)
+            idle.sort(key=lambda w: (self.dir / f"{w}.warm").exists())  # stable: the warm ones go last
             for wid in idle[: len(live) - n]:
                 pid = live[wid][0]
                 (self.dir / f"{wid}.stopping").touch()
@@ -132,7 +136,7 @@ class LocalPool(WorkerPool):
                 except ProcessLookupError:
                     pass
 
-    def _spawn(self, taken: set[str]) -> str:
+    def _spawn(self, taken: set[str], *, idle_exit_s: float, warm: bool = False) -> str:
         index = 1
         while f"{self.spec.name}-{index}" in taken:
             index += 1
@@ -145,12 +149,15 @@ class LocalPool(WorkerPool):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = open(self.log_dir / f"worker-{wid}.log", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen([sys.executable, "-m", "workers.agent", "--pool", self.spec.name,
-                                 "--idle-exit", str(self.idle_exit_s)], cwd=REPO, env=env, stdout=logfile,
+                                 "--idle-exit", str(idle_exit_s)], cwd=REPO, env=env, stdout=logfile,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         logfile.close()
         _CHILDREN[proc.pid] = proc
         (self.dir / f"{wid}.json").unlink(missing_ok=True)
         (self.dir / f"{wid}.stopping").unlink(missing_ok=True)
+        (self.dir / f"{wid}.warm").unlink(missing_ok=True)
+        if warm:
+            (self.dir / f"{wid}.warm").touch()
         (self.dir / f"{wid}.pid").write_text(str(proc.pid))
         return wid
 

@@ -60,6 +60,11 @@ def _shard_seen(doc: dict, job_id: str, shard_id: str) -> ShardRow | None:
     return ShardRow(job_id=job_id, shard_id=shard_id, status=status, etag=seen["etag"])
 
 
+def _usage(timings: dict) -> dict[str, float]:
+    """The payload's CPU seconds and peak RSS as the agent measured them (workers.usage), where it did."""
+    return {k: float(timings[k]) for k in ("cpu_s", "max_rss_mb") if isinstance(timings.get(k), int | float)}
+
+
 def is_shard_result(name: str) -> bool:
     """results/<name> is a shard's result (<job>/<shard>.json), not an artifact the shard wrote beside it
     (<job>/<shard>/<file>). Pure: the trigger asks it before opening storage, so an artifact that still
@@ -85,7 +90,7 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     t = doc.get("timings") or {}
     fields = {"finished_at": t.get("finished") or "", "error": (doc.get("error") or "")[:2000],
               "stderr_tail": (doc.get("stderr_tail") or "")[-4000:], "node_seconds": float(t.get("node_seconds") or 0),
-              "result_blob": f"{names.RESULTS}/{name}"}
+              "result_blob": f"{names.RESULTS}/{name}", **_usage(t)}
     if doc.get("poisoned"):
         fields["poisoned"] = True
     if (doc.get("node") or {}).get("id"):

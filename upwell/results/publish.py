@@ -17,6 +17,7 @@ from upwell import logs, names
 from upwell.errors import NotFound
 from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger, ShardRow
 from upwell.scalelog import ScalingLog
+from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso, parse_iso
 
@@ -65,8 +66,13 @@ def scale_events(storage: Storage, job: JobRow) -> list[dict]:
     return [{**r.to_entity(), "pool": pool, "ts": r.at} for r in rows]
 
 
-def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, force: bool = False) -> Published:
-    """Build the report if this caller wins the claim; idempotent."""
+def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, force: bool = False,
+            settings: Settings | None = None) -> Published:
+    """Build the report if this caller wins the claim; idempotent. The winner then runs the job-done
+    transition's consequences (upwell.after.hook: reduce, notifications, chains), and builds again the
+    report of a parent whose analysis this job was."""
+    from upwell.after import hook
+    from upwell.after.reduce import view as analysis_view
     from upwell.results.report import build_report
 
     ledger = ledger or Ledger(storage)
@@ -75,17 +81,20 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
         return Published(job_id, False)
     if not force and not ledger.claim_report(job_id):
         return Published(job_id, False)
+    again = hook.job_done(storage, ledger, job, settings) if not force else []
     job, shards, results, events = gather(storage, ledger, job_id)
-    files = build_report(job, shards, results, events, fetch=storage.read)
+    files = build_report(job, shards, results, events, fetch=storage.read, analysis=analysis_view(storage, job))
     written = []
     for rel, data in files.items():
         ext = "." + rel.rsplit(".", 1)[-1]
         path = f"{names.REPORTS}/{job_id}/{rel}"
-        storage.write(path, data, content_type=CONTENT_TYPES.get(ext))
+        storage.for_project(job.project).write(path, data, content_type=CONTENT_TYPES.get(ext))
         written.append(path)
     ledger.update_job(job_id, reported=True, reported_at=now_iso(), report_blob=f"{names.REPORTS}/{job_id}/index.html",
                       report_count=job.report_count + 1)
     log.info("report.published", job_id=job_id, files=len(written))
+    for other in again:  # a reduce's parent: its report now shows the analysis
+        publish(storage, other, ledger, force=True)
     return Published(job_id, True, tuple(written))
 
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from upwell.after.view import after_view
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow
 from upwell.nodelog import NodeLog
 from upwell.storage import Storage
 
 JOB_FIELDS = ("name", "status", "payload", "pool", "shards_total", "shards_done", "shards_failed", "spent_usd",
               "estimate_usd", "budget_usd", "created_at", "finished_at", "message", "reported", "report_blob",
-              "source_blob", "quarantine_blob")
+              "source_blob", "quarantine_blob", "owner", "project")
 PAGE = 100  # shard rows per page of a detail view
 
 
@@ -62,6 +63,7 @@ def job_status(storage: Storage, job_id: str, ledger: Ledger | None = None) -> d
     out = {"job_id": job_id, **_fields(job), "shards": counts(job, sum(len(v) for v in held.values())),
            "workers": sorted(held)}
     out["failures"] = [{"shard": s.shard_id, "error": s.error} for s in _failed(ledger, job)]
+    out.update(after_view(ledger, job))  # its chain, analysis and notifications (upwell.after)
     return out
 
 

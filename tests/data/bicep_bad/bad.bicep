@@ -73,3 +73,46 @@ module identity 'bad_module.bicep' = {
     tags: tags
   }
 }
+
+// CKV_UPW_8: a Function App without built-in authentication ...
+resource openApp 'Microsoft.Web/sites@2025-03-01' = {
+  name: 'func-upwell-bad'
+  location: location
+  tags: union(tags, {
+    expiry: '2030-01-01'
+  })
+  kind: 'functionapp,linux'
+  properties: {
+    httpsOnly: true
+  }
+}
+
+// ... and one whose authsettingsV2 lets anonymous callers in and leaves the dashboard open.
+resource anonymousApp 'Microsoft.Web/sites@2025-03-01' = {
+  name: 'func-upwell-anon'
+  location: location
+  tags: union(tags, {
+    expiry: '2030-01-01'
+  })
+  kind: 'functionapp,linux'
+  properties: {
+    httpsOnly: true
+  }
+}
+
+resource anonymousAuth 'Microsoft.Web/sites/config@2025-03-01' = {
+  parent: anonymousApp
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+      excludedPaths: [
+        '/api/dashboard'
+      ]
+    }
+  }
+}

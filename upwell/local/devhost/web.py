@@ -3,6 +3,9 @@
 Route templates follow the host's: ``jobs/{id}``, a constraint ``{id:int}``,
 an optional ``{id?}`` and a catch-all ``{*rest}``; a function without a route
 is served at its name. Auth levels are not enforced, as with ``func start``.
+A test principal in ``X-MS-CLIENT-PRINCIPAL`` (base64 JSON, App Service's format) is checked and passed on
+with the ``-NAME``, ``-ID`` and ``-IDP`` headers App Service derives from it (``with_principal``); a
+malformed one answers 401, as no request would reach a function on Azure with one.
 The function gets a ``func.HttpRequest``; its ``func.HttpResponse`` (or str)
 goes back. A function that raises answers 500 and the server goes on.
 ``/admin/host/status`` answers ``{"state": "Running"}``, as the host does, and
@@ -21,6 +24,8 @@ from urllib.parse import parse_qsl, urlsplit
 import azure.functions as func
 
 from upwell import logs
+from upwell.access import principal
+from upwell.errors import PrincipalInvalid
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.invoke import Invoker
 from upwell.local.devhost.webhook import PATH as WEBHOOK_PATH
@@ -62,6 +67,27 @@ def make_route(spec: FunctionSpec, prefix: str) -> Route:
     template = spec.trigger.get("route") or spec.name
     methods = frozenset(m.upper() for m in spec.trigger.get("methods") or ())
     return Route(spec, compile_route(prefix, template), methods)
+
+
+OID_TYPES = ("http://schemas.microsoft.com/identity/claims/objectidentifier", "oid")
+
+
+def with_principal(headers: dict[str, str]) -> dict[str, str]:
+    """The request's headers as App Service's authentication passes them on: a principal header is decoded
+    (PrincipalInvalid when malformed) and the caller's name, object id and identity provider are added as
+    ``X-MS-CLIENT-PRINCIPAL-NAME``, ``-ID`` and ``-IDP``; without one, those are removed (only the platform
+    sets them). Followed: "Work with user identities in Azure App Service authentication"."""
+    derived = (principal.HEADER + "-name", principal.HEADER + "-id", principal.HEADER + "-idp")
+    out = {k: v for k, v in headers.items() if k.lower() not in derived}
+    value = next((v for k, v in headers.items() if k.lower() == principal.HEADER), None)
+    if value is None:
+        return out
+    doc = principal.decode(value)
+    claims = {c["typ"]: c["val"] for c in doc["claims"]}
+    name = principal.of_user(doc, {}).name
+    oid = next((claims[t] for t in OID_TYPES if t in claims), "")
+    return {**out, "X-MS-CLIENT-PRINCIPAL-NAME": name, "X-MS-CLIENT-PRINCIPAL-ID": oid,
+            "X-MS-CLIENT-PRINCIPAL-IDP": str(doc.get("auth_typ") or "")}
 
 
 def _response(result: object) -> tuple[int, dict[str, str], bytes]:
@@ -126,6 +152,10 @@ class HttpServer:
         if found is None:
             return 404, {}, b""
         route, route_params = found
+        try:
+            headers = with_principal(headers)
+        except PrincipalInvalid as exc:
+            return 401, {"Content-Type": "text/plain; charset=utf-8"}, str(exc).encode()
         request = func.HttpRequest(method, f"{self.url}{target}", headers=headers,
                                    params=dict(parse_qsl(parts.query, keep_blank_values=True)),
                                    route_params=route_params, body=body)

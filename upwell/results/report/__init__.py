@@ -24,6 +24,7 @@ from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
 from upwell.results.figures import declared as definition_figures
 from upwell.results.report import gantt, plots
+from upwell.results.report.analysis import section as analysis_section
 from upwell.results.report.model import ShardView, merge
 from upwell.results.report.render import render
 from upwell.results.report.summary import scale_points, summarize
@@ -36,8 +37,9 @@ Fetch = Callable[[str], bytes]
 
 
 def build_report(job: JobRow, shards: Iterable[ShardRow], results: list[dict], scale_events: list[dict],
-                 fetch: Fetch, prices: cost.PriceTable | None = None) -> dict[str, bytes]:
-    """Build the report files of one job; keys are paths relative to ``reports/<job>/``."""
+                 fetch: Fetch, prices: cost.PriceTable | None = None, analysis: dict | None = None) -> dict[str, bytes]:
+    """Build the report files of one job; keys are paths relative to ``reports/<job>/``. ``analysis``: the
+    job's reduce step (upwell.after.reduce.view), shown first under "Analysis" and kept in summary.json."""
     results = [r for r in results or () if isinstance(r, dict)]
     events = [e for e in scale_events or () if isinstance(e, dict)]
     table = prices or cost.load()
@@ -50,7 +52,11 @@ def build_report(job: JobRow, shards: Iterable[ShardRow], results: list[dict], s
     if t0 is not None:
         timeline = figures.add("timeline", gantt.gantt_png(views, t0, now, span))
         scaling = figures.add("scaling", plots.scaling_png(points, t0, span))
-    sections = [_rendered(s, figures) for s in _payload_sections(job, views, results, fetch)]
+    found = _payload_sections(job, views, results, fetch)
+    if analysis:
+        found.insert(0, analysis_section(analysis, fetch))
+        summary["analysis"] = analysis
+    sections = [_rendered(s, figures) for s in found]
     summary["figures"] = [f"figures/{name}" for name in figures.pngs]
     html = render(summary, sections=sections, timeline=timeline, scaling=scaling,
                   columns=_columns(summary["shards"]))

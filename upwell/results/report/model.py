@@ -50,6 +50,7 @@ class ShardView:
     preemptions: int = 0
     checkpoints: int = 0
     resumed_from: Any = None
+    fresh_start: str = ""  # a checkpoint dropped for a fresh start, and why (workers.checkpoints)
     queued: datetime | None = None
     started: datetime | None = None
     finished: datetime | None = None
@@ -233,7 +234,8 @@ def view(shard_id: str, row: ShardRow | None, doc: dict | None) -> ShardView:
         attempts=max(ledger.attempts, _int(timings.get("attempt"))),
         preemptions=max(ledger.preemptions, _int(timings.get("preemptions"))),
         checkpoints=max(ledger.checkpoints, _int(timings.get("checkpoints"))),
-        resumed_from=timings.get("resumed_from"), queued=queued, started=started, finished=finished,
+        resumed_from=timings.get("resumed_from"), fresh_start=str(timings.get("fresh_start") or ""),
+        queued=queued, started=started, finished=finished,
         queue_wait_s=_seconds(timings.get("queue_wait_s"), queued, first_started), run_s=run_s,
         node_seconds=paid, node_seconds_from=last_from if last_s is not None else "",
         preempted_node_seconds=max(preempted_s or 0.0, 0.0), failed_node_seconds=max(failed_s or 0.0, 0.0),

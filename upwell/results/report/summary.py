@@ -199,15 +199,17 @@ def checkpoints(views: list[ShardView]) -> dict:
     """Preemptions, checkpoints and resumes; one row per shard that was preempted or resumed."""
     rows = []
     for v in views:
-        if not (v.preemptions or _resumed(v) or v.history):
+        if not (v.preemptions or _resumed(v) or v.history or v.fresh_start):
             continue
         saved, how = saved_seconds(v)
         resumed = v.resumed_from if is_scalar(v.resumed_from) or v.resumed_from is None else str(v.resumed_from)
         rows.append({"shard_id": v.shard_id, "status": v.status, "node": v.node, "preemptions": v.preemptions,
-                     "checkpoints": v.checkpoints, "resumed_from": resumed, "saved_s": saved, "saved_how": how})
+                     "checkpoints": v.checkpoints, "resumed_from": resumed, "saved_s": saved, "saved_how": how,
+                     "fresh_start": v.fresh_start})
     saved = [r["saved_s"] for r in rows if r["saved_s"] is not None]
     return {"preemptions": sum(v.preemptions for v in views), "checkpoints": sum(v.checkpoints for v in views),
             "resumed_shards": sum(1 for v in views if _resumed(v)),
+            "fresh_starts": sum(1 for v in views if v.fresh_start),
             "compute_saved_s": float(sum(saved)) if saved else None,
             "saved_estimated": any(r["saved_how"] == "estimated" for r in rows), "shards": rows}
 
