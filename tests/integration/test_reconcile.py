@@ -190,11 +190,11 @@ def test_a_terminal_job_without_a_report_gets_its_report_message_again(store):
     assert Reconciler(store, settings()).run().count("unreported_job") == 0
 
 
-def _ended_job(ledger: Ledger) -> str:
+def _ended_job(ledger: Ledger, reduce_payload: str = "heat-order", **fields) -> str:
     """A job that ended with a reduce and a notification asked for (as the ingest records them)."""
     job_id = f"crash-{uuid.uuid4().hex[:8]}"
-    asks = row_fields(None, ReduceSpec(payload="heat-order"), NotifySpec(events=["completed"], eventgrid=False))
-    ledger.create_job(JobRow.from_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **asks,
+    asks = row_fields(None, ReduceSpec(payload=reduce_payload), NotifySpec(events=["completed"], eventgrid=False))
+    ledger.create_job(JobRow.from_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **asks, **fields,
                                           "status": JobState.SUCCEEDED.value, "shards_total": 1, "shards_done": 1,
                                           "pool": "cpu", "project": "default", "finished_at": now_iso()}))
     return job_id
@@ -242,3 +242,19 @@ def test_a_rerun_accepts_its_own_lost_start_again_instead_of_refusing(store):
     assert ledger.job(lost) is not None and after_state.attempt(ledger.job(job_id)) == 1
     with pytest.raises(InputRejected, match="running already"):
         reduce.rerun(store, settings(), job_id, ledger)  # its reduce job exists now: it runs
+
+
+@pytest.mark.afterjob
+def test_a_lost_reduce_that_cannot_start_fails_the_analysis_and_the_report_says_so(store):
+    ledger = Ledger(store)
+    job_id = _ended_job(ledger, "no-such-reduce", reported=True)  # its report was built, saying "running"
+    reduce_id = after_state.claim_analysis(ledger, job_id)
+    first = Reconciler(store, settings()).run(steps=("after",))
+    assert [(a.kind, a.outcome) for a in first.actions] == [("lost_reduce", "redriven")]
+    assert "could not start" in first.actions[0].detail and ledger.job(reduce_id) is None
+    parent = ledger.job(job_id)
+    assert after_state.field(parent, "analysis_state") == "failed" and "no-such-reduce" in after_state.field(
+        parent, "analysis_error")
+    summary = json.loads(store.read(f"{names.REPORTS}/{job_id}/summary.json"))
+    assert summary["analysis"]["status"] == "failed"
+    assert Reconciler(store, settings()).run(steps=("after",)).actions == []

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from upwell.after import notify, reduce, state
 from upwell.after.spec import of_job
 from upwell.ledger import Ledger
+from upwell.results.publish import publish
 from upwell.rows import JobRow
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -61,17 +62,29 @@ def complete(storage: Storage, settings: Settings, ledger: Ledger, trace: Trace)
     if job is None:
         return "the job is gone"
     if trace.kind == LOST_REDUCE:
-        if state.field(job, "analysis_job") != trace.detail or state.field(job, "analysis_state") != state.RUNNING:
-            return "the analysis moved on"
-        spec = of_job(job).reduce
-        if spec is None:
-            state.end_analysis(ledger, job.job_id, trace.detail, False, "the job's reduce: no longer readable")
-            return f"{trace.detail} failed: the job's reduce is no longer readable"
-        reduce.start(storage, settings, ledger, job, spec, trace.detail)
-        return f"{trace.detail} accepted again"
+        return _start_again(storage, settings, ledger, job, trace.detail)
     done = set(state.listed(job, "notify_queued")) | set(state.listed(job, "notify_delivered"))
     events = [e for e in trace.detail.split(",") if e and e not in done]
     return f"queued {','.join(notify.send(storage, ledger, job.job_id, events)) or 'nothing'}"
+
+
+def _start_again(storage: Storage, settings: Settings, ledger: Ledger, job: JobRow, reduce_id: str) -> str:
+    """Accept the lost reduce job again; one that cannot start ends the analysis as failed, and a report
+    built meanwhile (it said "running") is built again to say why. An unreported job's report, still to
+    come, runs the job-done transition itself: it is never forced here."""
+    if state.field(job, "analysis_job") != reduce_id or state.field(job, "analysis_state") != state.RUNNING:
+        return "the analysis moved on"
+    spec = of_job(job).reduce
+    if spec is None:
+        state.end_analysis(ledger, job.job_id, reduce_id, False, "the job's reduce: no longer readable")
+    else:
+        reduce.start(storage, settings, ledger, job, spec, reduce_id)
+    now = ledger.job(job.job_id)
+    if now is None or state.field(now, "analysis_state") != state.FAILED:
+        return f"{reduce_id} accepted again"
+    if now.reported:
+        publish(storage, job.job_id, ledger, force=True, settings=settings)
+    return f"{reduce_id} could not start: {state.field(now, 'analysis_error')[:200]}"
 
 
 def _young(job: JobRow, claimed: str, settings: Settings, now: float) -> bool:
