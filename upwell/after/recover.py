@@ -12,7 +12,10 @@ moves on):
   (``notify_queued``) nor delivered. Its message is sent again. If the crash came after the send and
   before the mark, that is one more copy of the event, with the same CloudEvents ``id``
   (``upwell.after.cloudevents``): a receiver drops it by that id, and ``deliver`` skips an event the job
-  row already records as delivered.
+  row already records as delivered. Followed: the CloudEvents 1.0.2 specification's ``id`` attribute
+  (cloudevents/spec, ``cloudevents/spec.md``): "If a duplicate event is re-sent (e.g. due to a network
+  error) it MAY have the same id. Consumers MAY assume that Events with identical source and id are
+  duplicates."
 
 A trace younger than the reconciler's grace is left alone (the caller may still be between the two
 writes) and looked at again next pass. Completing one is idempotent, so a second pass does nothing.
