@@ -4,6 +4,9 @@ Uploads with no event (no host ran), dead-lettered events, poisoned blob-trigger
 messages, results that were never collected, and an input whose re-drive keeps
 failing (quarantined with RedriveExhausted). A second pass finds nothing (the
 watermark), a dry run changes nothing, and ``upwell status`` lists the actions.
+Issue 26's crash windows (marker ``afterjob``), driven as job-row states: an analysis
+claimed whose reduce job was never accepted, an event claimed that never reached
+the ``notify`` queue.
 """
 
 from __future__ import annotations
@@ -20,6 +23,10 @@ from typer.testing import CliRunner
 from tests.faults.harness import sweep
 from tests.pipeline_helpers import module_azurite
 from upwell import names
+from upwell.after import reduce
+from upwell.after import state as after_state
+from upwell.after.spec import NotifySpec, ReduceSpec, row_fields
+from upwell.errors import InputRejected
 from upwell.ingest.blobnames import job_id_for
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import JobRow, JobState, Ledger
@@ -27,6 +34,7 @@ from upwell.ops.reconcile import Reconciler, recent_actions
 from upwell.scalelog import ScalingLog, fresh_reconcile_state
 from upwell.settings import Settings
 from upwell.storage import Storage
+from upwell.timeutil import now_iso
 
 # A pass lists whole containers, so no other test's blobs may be in them.
 own_azurite = module_azurite("reconcile", name="own_azurite")
@@ -180,3 +188,73 @@ def test_a_terminal_job_without_a_report_gets_its_report_message_again(store):
     assert [json.loads(m.content) for m in store.queue(names.REPORT_QUEUE).peek_messages()] == [{"job_id": job_id}]
     Ledger(store).update_job(job_id, reported=True)
     assert Reconciler(store, settings()).run().count("unreported_job") == 0
+
+
+def _ended_job(ledger: Ledger, reduce_payload: str = "heat-order", **fields) -> str:
+    """A job that ended with a reduce and a notification asked for (as the ingest records them)."""
+    job_id = f"crash-{uuid.uuid4().hex[:8]}"
+    asks = row_fields(None, ReduceSpec(payload=reduce_payload), NotifySpec(events=["completed"], eventgrid=False))
+    ledger.create_job(JobRow.from_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **asks, **fields,
+                                          "status": JobState.SUCCEEDED.value, "shards_total": 1, "shards_done": 1,
+                                          "pool": "cpu", "project": "default", "finished_at": now_iso()}))
+    return job_id
+
+
+def _messages(store: Storage, queue: str) -> list[dict]:
+    return [json.loads(m.content) for m in store.queue(queue).peek_messages(max_messages=32)]
+
+
+@pytest.mark.afterjob
+def test_a_lost_reduce_start_and_an_unqueued_event_are_completed_once(store):
+    ledger = Ledger(store)
+    for queue in (names.NOTIFY_QUEUE, names.work_queue("cpu")):
+        store.queue(queue).clear_messages()
+    job_id = _ended_job(ledger)
+    reduce_id = after_state.claim_analysis(ledger, job_id)  # (a) claimed; the process died before accepting it
+    assert after_state.claim_events(ledger, job_id, ["completed"]) == ["completed"]  # (b) claimed, never queued
+
+    young = Reconciler(store, settings(reconcile_grace_s=3600)).run(steps=("after",))  # its claimant may be at work
+    assert young.actions == [] and ledger.job(reduce_id) is None and _messages(store, names.NOTIFY_QUEUE) == []
+
+    first = Reconciler(store, settings()).run(steps=("after",))
+    assert sorted((a.kind, a.target, a.outcome) for a in first.actions) == [
+        ("lost_reduce", job_id, "redriven"), ("unqueued_event", job_id, "redriven")]
+    child = ledger.job(reduce_id)
+    assert child is not None and child.status == JobState.ACCEPTED and after_state.field(child, "reduce_of") == job_id
+    assert [(w["job_id"], w["shard_id"], w["input_blob"]) for w in _messages(store, names.work_queue("cpu"))] == [
+        (reduce_id, "reduce", f"{names.RESULTS}/{job_id}/")]
+    assert _messages(store, names.NOTIFY_QUEUE) == [{"job_id": job_id, "event": "completed"}]
+    parent = ledger.job(job_id)
+    assert after_state.field(parent, "analysis_state") == "running"
+    assert after_state.field(parent, "notify_queued") == "completed"
+
+    ScalingLog(store).save_reconcile_state(fresh_reconcile_state())  # the widest window: still nothing to do
+    assert Reconciler(store, settings()).run(steps=("after",)).actions == []
+    assert len(_messages(store, names.work_queue("cpu"))) == 1 and len(_messages(store, names.NOTIFY_QUEUE)) == 1
+
+
+@pytest.mark.afterjob
+def test_a_rerun_accepts_its_own_lost_start_again_instead_of_refusing(store):
+    ledger = Ledger(store)
+    job_id = _ended_job(ledger)
+    lost = after_state.claim_analysis(ledger, job_id)
+    assert reduce.rerun(store, settings(), job_id, ledger) == lost  # the same attempt, not "running already"
+    assert ledger.job(lost) is not None and after_state.attempt(ledger.job(job_id)) == 1
+    with pytest.raises(InputRejected, match="running already"):
+        reduce.rerun(store, settings(), job_id, ledger)  # its reduce job exists now: it runs
+
+
+@pytest.mark.afterjob
+def test_a_lost_reduce_that_cannot_start_fails_the_analysis_and_the_report_says_so(store):
+    ledger = Ledger(store)
+    job_id = _ended_job(ledger, "no-such-reduce", reported=True)  # its report was built, saying "running"
+    reduce_id = after_state.claim_analysis(ledger, job_id)
+    first = Reconciler(store, settings()).run(steps=("after",))
+    assert [(a.kind, a.outcome) for a in first.actions] == [("lost_reduce", "redriven")]
+    assert "could not start" in first.actions[0].detail and ledger.job(reduce_id) is None
+    parent = ledger.job(job_id)
+    assert after_state.field(parent, "analysis_state") == "failed" and "no-such-reduce" in after_state.field(
+        parent, "analysis_error")
+    summary = json.loads(store.read(f"{names.REPORTS}/{job_id}/summary.json"))
+    assert summary["analysis"]["status"] == "failed"
+    assert Reconciler(store, settings()).run(steps=("after",)).actions == []

@@ -42,9 +42,18 @@ def enqueue(storage: Storage, ledger: Ledger, job: JobRow, ask: NotifySpec | Non
         return []
     wanted = [e for e in events_for(job) if e in ask.events]
     queued = state.claim_events(ledger, job.job_id, wanted) if wanted else []
-    for event in queued:
-        storage.send(names.NOTIFY_QUEUE, json.dumps({"job_id": job.job_id, "event": event}))
-    return queued
+    return send(storage, ledger, job.job_id, queued)
+
+
+def send(storage: Storage, ledger: Ledger, job_id: str, events: list[str]) -> list[str]:
+    """Put one message per claimed event on the ``notify`` queue, then mark them queued; ``events``. A crash
+    before the mark leaves them claimed and unqueued, which the reconciler sends again (upwell.after.recover):
+    at most one more copy of an event, with the same CloudEvents ``id``."""
+    for event in events:
+        storage.send(names.NOTIFY_QUEUE, json.dumps({"job_id": job_id, "event": event}))
+    if events:
+        state.mark_queued(ledger, job_id, events)
+    return events
 
 
 def summary(job: JobRow) -> dict:
@@ -65,6 +74,8 @@ def deliver(storage: Storage, settings: Settings, job_id: str, event: str, ledge
     ask = of_job(job).notify if job is not None else None
     if job is None or ask is None:
         return False
+    if event in state.listed(job, "notify_delivered"):
+        return True  # a re-queued copy of an event delivered already: receivers would drop it by its id
     ce = job_event(event, job_id, job.project, summary(job))
     broken = problems(ce)  # never sent: a receiver, and Event Grid, would refuse it anyway
     failed = [f"not a CloudEvent: {'; '.join(broken)}"] if broken else \
@@ -74,7 +85,7 @@ def deliver(storage: Storage, settings: Settings, job_id: str, event: str, ledge
         bound.warning("notify.failed", error="; ".join(failed)[:500])
         state.set_fields(ledger, job_id, notify_failed=f"notification failed: {event}: {'; '.join(failed)}"[:2000])
         return False
-    delivered = [e for e in state.field(job, "notify_delivered").split(",") if e]
+    delivered = state.listed(job, "notify_delivered")
     state.set_fields(ledger, job_id, notify_delivered=",".join(dict.fromkeys([*delivered, event])))
     bound.info("notify.delivered")
     return True

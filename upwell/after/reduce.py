@@ -9,19 +9,23 @@ are its result; the parent's report shows them under "Analysis" and its summary.
 Exactly once: the parent's row moves to ``analysis_state: running`` under its ETag (``state.claim_analysis``)
 before the reduce job is accepted, and the reduce job's id is derived from the attempt, so a duplicate
 "done" starts nothing. A reduce that fails leaves the parent "done, analysis failed" with its log;
-``rerun`` starts attempt n+1 with the definition as it is registered now.
+``rerun`` starts attempt n+1 with the definition as it is registered now. A start lost to a crash after
+the claim is found by the reconciler (``upwell.after.recover``), or by the next ``rerun``, and accepted
+again under the same id.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from types import SimpleNamespace
 
 from upwell import logs, names
 from upwell.after import state
 from upwell.after.spec import ReduceSpec, of_job
 from upwell.errors import InputRejected, NotFound, UpwellError
+from upwell.ingest import lease
 from upwell.ledger import JobState, Ledger
 from upwell.rows import JobRow
 from upwell.settings import Settings
@@ -51,11 +55,27 @@ def rerun(storage: Storage, settings: Settings, job_id: str, ledger: Ledger | No
     if not job.terminal:
         raise InputRejected(f"job {job_id} is {job.status.value}: a reduce runs after its last shard",
                             field="reduce")
-    reduce_id = state.claim_analysis(ledger, job_id, again=True)
+    reduce_id = state.claim_analysis(ledger, job_id, again=True) or lost(ledger, settings, job, time.time())
     if reduce_id is None:
-        raise InputRejected(f"job {job_id}: its analysis is running already ({state.field(job, 'analysis_job')})",
-                            field="reduce")
+        raise InputRejected(f"job {job_id}: its analysis is running already ({state.field(job, 'analysis_job')}); "
+                            f"a start lost to a crash is accepted again {settings.reconcile_grace_s} s after its "
+                            "claim, by the reconciler or by this command", field="reduce")
     start(storage, settings, ledger, job, spec, reduce_id)
+    return reduce_id
+
+
+def lost(ledger: Ledger, settings: Settings, job: JobRow, now: float, *, young: bool = False) -> str | None:
+    """The reduce job of the running attempt when its start was lost (a crash between the claim and the
+    acceptance): no row, or a row whose acceptance stopped (``ingesting``, its ingest lease lapsed), and a
+    claim older than the reconciler's grace (``young``: however recent); else None."""
+    reduce_id = state.field(job, "analysis_job")
+    if state.field(job, "analysis_state") != state.RUNNING or not reduce_id:
+        return None
+    if not young and now - state.stamp(job, "analysis_at") < settings.reconcile_grace_s:
+        return None
+    child = ledger.job(reduce_id)
+    if child is not None and (child.status != JobState.INGESTING or lease.live(child, now, settings.ingest_lease_s)):
+        return None
     return reduce_id
 
 

@@ -3,12 +3,16 @@ that of two deliveries of the same "done" only one moves a state on.
 
 Fields (kept in the row's ``extra``, written back by every writer): ``analysis_state`` ("" | running |
 succeeded | failed), ``analysis_job`` (the reduce job of the latest attempt), ``analysis_attempt``,
-``analysis_error``; ``notify_sent`` (the events already queued, comma-separated), ``notify_failed`` (the
-last delivery that failed for good); ``chain_state`` on a child (waiting | started | cancelled).
+``analysis_error``, ``analysis_at`` (when the attempt was claimed); ``notify_sent`` (the events claimed,
+comma-separated), ``notify_at`` (when the last were claimed), ``notify_queued`` (those whose message is
+on the ``notify`` queue), ``notify_failed`` (the last delivery that failed for good); ``chain_state`` on a
+child (waiting | started | cancelled). A claim is written before its effect, and the effect's mark after
+it, so a crash in between leaves a state that ``upwell.after.recover`` finds and completes.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from upwell.ledger import Ledger
@@ -21,6 +25,14 @@ def field(job: JobRow, name: str) -> str:
     """One after-job field of a row, as text ("" when unset)."""
     value = (job.extra or {}).get(name)
     return "" if value is None else str(value)
+
+
+def stamp(job: JobRow, name: str) -> float:
+    """A claim's time (``analysis_at``, ``notify_at``); 0, so old, when the row predates it."""
+    try:
+        return float(field(job, name) or 0.0)
+    except ValueError:
+        return 0.0
 
 
 def attempt(job: JobRow) -> int:
@@ -44,7 +56,7 @@ def claim_analysis(ledger: Ledger, job_id: str, *, again: bool = False) -> str |
             return None
         n = attempt(row) + 1
         return {"analysis_state": RUNNING, "analysis_attempt": n, "analysis_job": reduce_job_id(job_id, n),
-                "analysis_error": ""}
+                "analysis_error": "", "analysis_at": time.time()}
 
     done = ledger.change_job(job_id, change)
     return str(done["analysis_job"]) if done else None
@@ -66,12 +78,27 @@ def claim_events(ledger: Ledger, job_id: str, events: list[str]) -> list[str]:
     got: list[str] = []
 
     def change(row: JobRow) -> dict[str, Any] | None:
-        sent = [e for e in field(row, "notify_sent").split(",") if e]
+        sent = listed(row, "notify_sent")
         new = [e for e in events if e not in sent]
         got[:] = new
-        return {"notify_sent": ",".join(sent + new)} if new else None
+        return {"notify_sent": ",".join(sent + new), "notify_at": time.time()} if new else None
 
     return got if ledger.change_job(job_id, change) is not None else []
+
+
+def listed(job: JobRow, name: str) -> list[str]:
+    """A comma-separated after-job field as a list."""
+    return [e for e in field(job, name).split(",") if e]
+
+
+def mark_queued(ledger: Ledger, job_id: str, events: list[str]) -> None:
+    """Note that the messages of ``events`` are on the ``notify`` queue (the end of a claim's effect)."""
+    def change(row: JobRow) -> dict[str, Any] | None:
+        queued = listed(row, "notify_queued")
+        new = [e for e in events if e not in queued]
+        return {"notify_queued": ",".join(queued + new)} if new else None
+
+    ledger.change_job(job_id, change)
 
 
 def set_fields(ledger: Ledger, job_id: str, **fields: Any) -> None:

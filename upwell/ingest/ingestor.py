@@ -132,7 +132,7 @@ class Ingestor:
             raise InputRejected(f"image {m.image!r} is not on the allowlist {list(self.settings.image_allowlist)}",
                                 field="image")
         job = self.acceptor.job_row(job_id, name, props, m, pool, manifests.manifest_hash(data), spec)
-        job.update(after_spec.row_fields(m.after, m.reduce, m.notify))
+        job.update(after_spec.row_fields(m.after, m.reduce or spec.definition.reduce, m.notify))
         chained = gate(self.ledger, job)  # after: <job>: go with its results, wait for it, or cancelled
         if chained.kind != "go":
             return Outcome(job_id, chained.kind, message=chained.message)
@@ -190,7 +190,7 @@ class Ingestor:
                                max_shard_wall_clock_s=rule.max_shard_wall_clock_s)
         job = self.acceptor.job_row(job_id, name, props, m, pool,
                                     manifests.manifest_hash(rule.model_dump_json().encode()), spec)
-        job.update(after_spec.row_fields(None, None, rule.notify))
+        job.update(after_spec.row_fields(None, spec.definition.reduce, rule.notify))
         # the node-time history is read while the file is parsed
         history = reads.submit(self.acceptor.history, job) if reads is not None else None
         shards = self._sharder(job).instrument(job_id, name, rule, opened)

@@ -12,6 +12,9 @@ because nothing else reads those places. One pass finds:
   lease is left alone, however long it runs, and looked at again next pass;
 * result blobs of active jobs whose shard row is not terminal;
 * terminal jobs without a report (the report message is sent again);
+* ended jobs whose after-job step a crash left half done: an analysis claimed with no reduce job, an
+  event claimed and never queued (``upwell.after.recover``), read through the index of recently ended
+  jobs;
 * events in the Event Grid dead-letter container and messages in
   ``webjobs-blobtrigger-poison``.
 
@@ -48,6 +51,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from upwell import logs, names
 from upwell.access.tags import folder_project
+from upwell.after import recover
 from upwell.errors import NotFound, RedriveExhausted
 from upwell.ingest import lease
 from upwell.ingest.blobnames import is_manifest, is_manifest_input, job_id_for
@@ -68,7 +72,8 @@ log = logs.get("upwell.ops.reconcile")
 ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)  # jobs whose shards may still be collected
 POISON_LEASE_S = 120
 REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
-STEPS = ("dead_letters", "poison", "incoming", "results", "reports")  # one pass, in this order
+AFTER_FIRST_S = 86400.0  # the first after-job check looks back this far (later ones: since the last pass)
+STEPS = ("dead_letters", "poison", "incoming", "results", "reports", "after")  # one pass, in this order
 
 
 @dataclass
@@ -346,6 +351,30 @@ class Reconciler:
         waiting = [j for j in pending if j.status in TERMINAL_JOB and j.status != JobState.REJECTED]
         # A job still waiting for its report keeps the window where it was until it is reported.
         state["last_pass"] = last if waiting else now
+
+    # -- after the job: a reduce or an event a crash left half started ------------------------------------
+
+    def _after(self, result: Pass, state: dict, redrives: dict) -> None:
+        """Jobs that ended since the last such pass (less an hour; the first pass looks back a day), through
+        the ended-jobs index, whose reduce or notification a crash left claimed and not started. A trace
+        younger than the grace keeps the window where it was until it is old enough to complete."""
+        now, last = self.clock(), float(state.get("after_pass") or 0.0)
+        within = now - last + REPORT_MARGIN_S if last else AFTER_FIRST_S
+        young = False
+        for job in self.ledger.ended_jobs(within):
+            for trace in recover.find(self.ledger, self.settings, job, now):
+                young = young or trace.young
+                if trace.young:
+                    continue
+                if self.dry_run:
+                    self._act(result, Action(trace.kind, job.job_id, "would_redrive", trace.detail, dry_run=True))
+                elif self._spend():
+                    detail = recover.complete(self.storage, self.settings, self.ledger, trace)
+                    self._act(result, Action(trace.kind, job.job_id, "redriven", detail))
+                else:
+                    young = True  # out of re-drives this pass: the next one looks again
+        if not self.dry_run:
+            state["after_pass"] = last if young else now
 
     # -- Event Grid dead letters and poisoned blob-trigger messages ------------------------------------
 

@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from upwell.after.spec import ReduceSpec
+
 SCHEMA_VERSION = 1
 NAME = r"^[a-z][a-z0-9-]{0,62}$"
 DIGEST = re.compile(r"^(?P<repo>[^@\s]+)@sha256:(?P<digest>[0-9a-f]{64})$")
@@ -175,6 +177,8 @@ class Definition(_Strict):
     checkpoint: Checkpoint = Checkpoint()
     exit_codes: ExitCodes = ExitCodes()
     report: Report = Report()
+    reduce: ReduceSpec | None = Field(None, description="the analysis run once over every job of this payload "
+                                                        "after its last shard; a manifest's own reduce: overrides it")
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @field_validator("params")
