@@ -3,6 +3,8 @@ the recording server on 127.0.0.1 (group bodies, GPU sku, identity, tags, LROs, 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from azure.core.exceptions import HttpResponseError
 
@@ -97,6 +99,29 @@ def test_contract_aci_spot_groups(server, credential, client_kwargs):
     wait(pool)
     priorities = sorted(p.body["properties"]["priority"] for p in server.calls("PUT", GROUPS + r"/[\w-]+"))
     assert priorities == ["Regular", "Regular", "Spot", "Spot"]
+
+
+def test_contract_aci_keeps_min_nodes_warm(server, credential, client_kwargs):
+    """Issue 25 item 15: with min_nodes 2 and one warm group alive, of two new groups one is warm (its agent
+    never exits on idle, tagged upwell-warm); scale-in deletes the idle warm group last."""
+    def agent_idle_exit(body):
+        command = body["properties"]["containers"][0]["properties"]["command"]
+        return command[command.index("--idle-exit") + 1]
+
+    warm = group("upwell-cpu-a", pool="cpu")
+    warm["tags"]["upwell-warm"] = "1"
+    server.route("GET", GROUPS, R(200, {"value": [warm, group("upwell-cpu-b", pool="cpu")]}))
+    server.route("PUT", GROUPS + r"/([\w-]+)", lambda rec, m: (200, group(m[1], pool="cpu"), {}))
+    server.route("DELETE", GROUPS + r"/([\w-]+)", R(200, None, {"Location": "{base}/ops/del", "Retry-After": "0"}))
+    server.route("GET", r"/ops/del", R(204))
+    pool = make(credential, client_kwargs, replace(spec(name="cpu", cpu=1, memory_gb=2), min_nodes=2), busy=())
+    pool.scale_to(4)
+    wait(pool)
+    bodies = [p.body for p in server.calls("PUT", GROUPS + r"/[\w-]+")]
+    assert sorted((b["tags"].get("upwell-warm", "-"), agent_idle_exit(b)) for b in bodies) == [("-", "300"), ("1", "0")]
+    pool.scale_to(1)  # a (warm) and b idle: b goes, a stays
+    wait(pool)
+    assert [c.path.rsplit("/", 1)[1] for c in server.calls("DELETE", GROUPS + r"/[\w-]+")] == ["upwell-cpu-b"]
 
 
 def test_contract_aci_scale_in_deletes_finished_and_idle_groups_only(server, credential, client_kwargs):

@@ -37,8 +37,9 @@ JOB = "upwell-pool-hpc"
 TASK_ID = re.compile(r"^agent-n(\d+)-s(\d+)-\d{8}T\d{4}$")
 
 
-def make(server, credential, client_kwargs, **options):
+def make(server, credential, client_kwargs, min_nodes=0, **options):
     spec = PoolSpec("hpc", backend="batch", vm_size="Standard_HB120rs_v3", max_nodes=8, spot_share=0.0,
+                    min_nodes=min_nodes,
                     options={"account_url": server.url, "subscription_id": "s1", "resource_group": "rg",
                              "account_name": "acct", "image": "upwellacr.azurecr.io/upwell-mpi:1",
                              "identity_id": IDENTITY, "identity_client_id": "cid-123",
@@ -160,6 +161,16 @@ def test_contract_gang_live_tasks_are_counted_and_waiting_surplus_ended(server, 
     ended = [r.path.split("/")[-2] for r in server.calls("POST", rf"/jobs/{JOB}/tasks/[^/]+/terminate")]
     assert ended == ["agent-n4-s1-20261203T0702"]  # no 4-node gang wanted: the waiting one ends, never a running one
     assert not server.calls("POST", r"/pools/upwell-hpc/resize")  # already at 7
+
+
+def test_contract_the_first_min_nodes_one_node_agent_tasks_keep_warm(server, credential, client_kwargs):
+    """Issue 25 item 15: with min_nodes 1, the one-node agent task in slot 0 never exits on idle; the others
+    and the gang's agent exit after idle_exit_s (120 s)."""
+    routes(server, pool=pool_json(dedicated=4))
+    make(server, credential, client_kwargs, min_nodes=1).scale_to(4, gangs={2: 1})
+    idle = {TASK_ID.match(t.id).groups(): {e.name: e.value for e in t.environment_settings}["UPWELL_IDLE_EXIT_S"]
+            for t in added(server)}
+    assert idle == {("1", "0"): "0", ("1", "1"): "120", ("2", "0"): "120"}, idle
 
 
 def test_contract_gang_tasks_wait_for_nodes_while_the_pool_resizes(server, credential, client_kwargs):

@@ -223,4 +223,5 @@ def test_payload_list_without_storage_lists_built_ins_and_says_registered_unread
     assert time.monotonic() - started < 15
     assert listed.exit_code == 1
     assert [line.split()[0] for line in listed.stdout.splitlines()] == sorted(builtins())
-    assert "registered definitions not read: nothing listens at 127.0.0.1:" in listed.stderr
+    assert "registered definitions not read: no stack running: Azurite (blob storage) does not answer on " \
+           "127.0.0.1:" in listed.stderr and "`upwell up`" in listed.stderr, listed.stderr

@@ -3,7 +3,7 @@ from a stack state file (no ``AzureWebJobsStorage``, as a user's second terminal
 
 - ``--version``, shell completion (typer's script, and a real completion answered by the command), and
   ``logs JOB --follow`` printing each attempt's log as it lands until the job ends;
-- every listing command's ``--json`` parses; the job listing fits 80 columns and cuts nothing;
+- every listing command (each one with ``--json``) fits 80 columns, cuts nothing, and its ``--json`` parses;
 - a rejected CSV's ``.error.json`` lists every bad row (up to the limit); ``quarantine list|show|retry``.
 """
 
@@ -77,11 +77,44 @@ def inproc(monkeypatch, azurite, *args: str) -> str:
     return result.stdout
 
 
-def test_every_listing_command_has_json_that_parses(home, azurite, monkeypatch):
-    listings = {("status",): list, ("status", "listed-000000000001"): dict, ("cost",): dict,
-                ("prices", "show"): dict, ("payload", "list"): list, ("quarantine", "list"): list,
-                ("reconcile", "--dry-run"): dict, ("settings",): list}
-    for args, kind in listings.items():
+# Every listing command upwell registers (the test below fails on one it does not know), with what its
+# --json must parse to. `quarantine show` takes the path the quarantine test module seeds below.
+LISTINGS = {("status",): list, ("status", "listed-000000000001"): dict, ("cost",): dict, ("janitor",): list,
+            ("prices", "show"): dict, ("payload", "list"): list, ("quarantine", "list"): list,
+            ("quarantine", "show", "instruments/gauge/wide.csv"): dict, ("reconcile", "--dry-run"): dict,
+            ("settings",): list, ("access", "list"): list}
+
+
+def _listing_commands() -> set[str]:
+    """The name of every registered command that has a --json option: the listings."""
+    import typer
+
+    def walk(cmd, path):
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, (*path, name))
+        if any("--json" in p.opts for p in getattr(cmd, "params", ())):
+            yield " ".join(path)
+
+    return set(walk(typer.main.get_command(app), ()))
+
+
+def test_every_listing_fits_80_columns_cuts_nothing_and_has_json_that_parses(home, azurite, monkeypatch, tmp_path):
+    store = Storage(azurite.connection_string)
+    store.put(f"{names.PIPELINES}/gauge.yaml", RULE)
+    store.put(f"{names.INCOMING}/instruments/gauge/wide.csv", BAD)
+    assert Ingestor(store, Settings()).ingest("instruments/gauge/wide.csv").status == "rejected"
+    monkeypatch.setenv("UPWELL_ACCESS_FILE", str(tmp_path / "access.json"))
+    inproc(monkeypatch, azurite, "access", "grant", "0f4c8a2e-5b1d-4e7a-9c3f-2d6b8e1a7f90", "--project",
+           "a-project-with-a-long-name", "--role", "submitter")
+    assert {" ".join(a for a in args if not a.startswith(("-", "listed", "instruments"))) for args in LISTINGS} \
+        == _listing_commands()
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich, as on a terminal 80 wide (a pipe gets whole lines)
+    for args, kind in LISTINGS.items():
+        out = re.sub(r"\x1b\[[0-9;]*m", "", inproc(monkeypatch, azurite, *args))
+        lines = out.splitlines()
+        assert lines and max(len(ln) for ln in lines) <= 80, (args, [ln for ln in lines if len(ln) > 80])
+        assert "…" not in out, (args, [ln for ln in lines if "…" in ln])
         parsed = json.loads(inproc(monkeypatch, azurite, *args, "--json"))
         assert isinstance(parsed, kind), (args, parsed)
     # And through the console script, found from the state file, at 80 columns.

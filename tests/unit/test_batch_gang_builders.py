@@ -104,3 +104,18 @@ def test_an_agent_task_has_the_start_task_environment_and_the_gang_settings():
     start = {e["name"] for e in build_batch.start_task(spec(gangs=False))["environmentSettings"]}
     task = {e["name"] for e in build_batch_tasks.agent_task(spec(), 2, "t")["environmentSettings"]}
     assert task == start | {"UPWELL_SLOTS", "UPWELL_IDLE_EXIT_S", "UPWELL_GANG_NODES"}
+
+
+def test_the_one_node_agents_in_the_first_min_nodes_slots_are_warm():
+    """Issue 25 item 15: on a gang pool the one-node agent tasks in slots below min_nodes keep warm (the warm
+    idle exit, default 0: never); the others, and every gang agent, exit after idle_exit_s."""
+    def idle_exit(body):
+        return {e["name"]: e["value"] for e in body["environmentSettings"]}["UPWELL_IDLE_EXIT_S"]
+
+    two = replace(spec(), min_nodes=2)
+    assert [build_batch_tasks.is_warm(two, k, slot) for k, slot in ((1, 0), (1, 1), (1, 2), (2, 0))] == [
+        True, True, False, False]
+    assert not build_batch_tasks.is_warm(spec(), 1, 0)  # min_nodes 0: nothing is kept warm
+    assert idle_exit(build_batch_tasks.agent_task(two, 1, "t", warm=True)) == "0"
+    assert idle_exit(build_batch_tasks.agent_task(two, 1, "t")) == "120"
+    assert idle_exit(build_batch_tasks.agent_task(spec(warm_idle_exit_s=600), 1, "t", warm=True)) == "600"

@@ -180,6 +180,22 @@ def test_aci_group_body():
         build_aci.container_group(spec(backend="aci", gpu_count=1, gpu_sku="A100"), "n")
 
 
+def test_aci_warm_group_keeps_its_agent_and_is_tagged():
+    """Issue 25 item 15: a warm group (one of the first min_nodes) runs its agent with the warm idle exit
+    (default 0: never) and carries upwell-warm; the others keep idle_exit_s."""
+    def agent(group):
+        props = group.serialize()["properties"]["containers"][0]["properties"]
+        env = {e["name"]: e["value"] for e in props["environmentVariables"]}
+        return props["command"][props["command"].index("--idle-exit") + 1], env["UPWELL_IDLE_EXIT_S"]
+
+    warm = build_aci.container_group(spec(backend="aci"), "n", warm=True)
+    assert agent(warm) == ("0", "0") and warm.tags[build_aci.WARM_TAG] == "1"
+    cold = build_aci.container_group(spec(backend="aci"), "n")
+    assert agent(cold) == ("300", "300") and build_aci.WARM_TAG not in cold.tags
+    assert agent(build_aci.container_group(spec(backend="aci", warm_idle_exit_s=1800), "n", warm=True)) == (
+        "1800", "1800")
+
+
 def test_aci_group_names():
     name = build_aci.group_name(PoolSpec("GPU_big" * 10))
     assert len(name) <= 63 and name == name.lower() and "_" not in name

@@ -326,3 +326,32 @@ def test_rest_client_sends_the_user_and_the_token_from_its_env_var():
     sent = json.loads(body)
     assert sent["job"]["partition"] == "hpc" and sent["job"]["environment"] == {"UPWELL_POOL": "mpi"}
     assert cancel[:2] == ("DELETE", "/slurm/v0.0.38/job/5?signal=USR1")
+
+
+def idle_exit(script: str) -> str:
+    """The agent's --idle-exit on the script's exec line."""
+    exec_line = next(line for line in script.splitlines() if line.startswith("exec "))
+    argv = shlex.split(exec_line)
+    return argv[argv.index("--idle-exit") + 1]
+
+
+def test_the_first_min_nodes_agents_are_warm_counted_and_drained_last(tmp_path):
+    """Issue 25 item 15: the first min_nodes agent jobs run with the warm idle exit (0: never), are marked
+    in the state folder, are not started again while they live, and scale-in drains the others first."""
+    from dataclasses import replace
+
+    fake = FakeSlurm([])
+    pool = SlurmPool(replace(spec(state_dir=str(tmp_path)), min_nodes=1), client=fake)
+    pool.scale_to(3)
+    assert [idle_exit(s) for s in fake.scripts] == ["0", "120", "120"], fake.scripts
+    assert "export UPWELL_IDLE_EXIT_S=0\n" in fake.scripts[0] and "UPWELL_IDLE_EXIT_S=120" in fake.scripts[1]
+    assert sorted(p.name for p in (tmp_path / "mpi").glob("*.warm")) == ["101.warm"]
+    fake.rows, fake.scripts = [("101", "RUNNING"), ("102", "RUNNING"), ("103", "RUNNING")], []
+    pool.scale_to(4)  # the warm one lives: the new agent is not warm
+    assert [idle_exit(s) for s in fake.scripts] == ["120"]
+    (tmp_path / "mpi" / "101.warm").rename(tmp_path / "mpi" / "103.warm")  # now the newest job is the warm one
+    pool.scale_to(1, busy=set())
+    assert ["scancel", "--signal=USR1", "102", "101"] in fake.calls, fake.calls
+    other = FakeSlurm([])  # a warm idle timeout instead of never
+    SlurmPool(replace(spec(state_dir=str(tmp_path / "w"), warm_idle_exit_s=900), min_nodes=1), client=other).scale_to(1)
+    assert [idle_exit(s) for s in other.scripts] == ["900"]

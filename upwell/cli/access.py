@@ -54,19 +54,25 @@ def grant(principal: str = typer.Argument(..., help="Entra object id of a user, 
 
 @access_app.command("list")
 def list_grants(project: str = typer.Option("", "--project", help="only this project"),
-                principal: str = typer.Option("", "--principal", help="only this principal")) -> None:
+                principal: str = typer.Option("", "--principal", help="only this principal"),
+                as_json: bool = typer.Option(False, "--json", help="one JSON list")) -> None:
     """upwell's role assignments: principal, project, role, assignment name."""
+    from upwell.cli.shared import fold, print_json
     from upwell.errors import UpwellError
 
     try:
         rows = [(a, a.grant) for a in _store().list(principal=principal or None)]
     except UpwellError as exc:
         _fail(exc)
+    rows = [(a, g) for a, g in rows if g is not None and (not project or g.project == project)]
+    if as_json:
+        print_json([{"principal": a.principal, "project": g.project, "role": g.role.value, "assignment": a.name,
+                     "principal_type": g.principal_type} for a, g in rows])
+        return
     table = Table("principal", "project", "role", "assignment", title="upwell access")
     for a, g in rows:
-        if g is not None and (not project or g.project == project):
-            table.add_row(a.principal, g.project, g.role.value, a.name)
-    console.print(table)
+        table.add_row(a.principal, g.project, g.role.value, a.name)
+    console.print(fold(table))
 
 
 @access_app.command("revoke")

@@ -212,10 +212,24 @@ def _definition_row(loaded) -> dict:
 
 
 def _echo_definition(loaded) -> None:
+    """One definition per line; on a terminal its params wrap under their own column within the terminal's
+    width (nothing cut), while a pipe gets each definition whole on one line, for grep."""
+    import textwrap
+
+    from upwell.cli.shared import console
+
     d = loaded.definition
     fields = ", ".join(f"{k}={p.default!r}" if p.default is not None else k for k, p in d.params.items())
-    typer.echo(f"{d.name:16} {d.version:8} {'built-in' if loaded.builtin else 'registered':10} "
-               f"{d.launcher.kind:8} pool={d.pool:4} {fields}")
+    head = (f"{d.name:16} {d.version:8} {'built-in' if loaded.builtin else 'registered':10} "
+            f"{d.launcher.kind:8} pool={d.pool:4} ")
+    if not console.is_terminal or len(head) + len(fields) <= console.width:
+        typer.echo(head + fields)
+        return
+    # Under the params column while it is 20 wide or more; else (a long name) on the lines below, indented.
+    indent = len(head) if console.width - len(head) >= 20 else 4
+    lines = textwrap.wrap(fields, console.width - indent, break_on_hyphens=False)
+    first = lines.pop(0) if indent == len(head) else ""
+    typer.echo((head + first).rstrip() + "".join("\n" + " " * indent + line for line in lines))
 
 
 def _local_endpoint_down(storage) -> str:

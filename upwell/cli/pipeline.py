@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from upwell import names
-from upwell.cli.shared import err, open_storage, print_actions, print_json, resolve
+from upwell.cli.shared import err, open_storage, piped, print_actions, print_json, resolve
 
 console = Console(stderr=False)
 STATE = Path(os.environ.get("UPWELL_HOME", ".upwell"))
@@ -260,7 +260,7 @@ def _messages(rows: list[dict], out: Console) -> None:
 
 def _print_job(st: dict) -> None:
     s = st["shards"]
-    console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]", soft_wrap=True)
+    console.print(f"[bold]{st['job_id']}[/] {st.get('name') or ''}: [bold]{st.get('status')}[/]", soft_wrap=piped())
     cancelled = f", {s['cancelled']} cancelled" if s.get("cancelled") else ""
     console.print(f"  shards: {s['succeeded']} done, {s['failed']} failed, {s['running']} running, "
                   f"{s['queued']} queued{cancelled}, of {s['total']}")
@@ -273,7 +273,7 @@ def _print_job(st: dict) -> None:
     if st.get("quarantine_blob"):
         console.print(f"  quarantined as {st['quarantine_blob']} (see its .error.json)")
     for line in st.get("after_lines", []):  # the chain, the analysis, a failed notification (upwell.after)
-        console.print(f"  {line}", soft_wrap=True, markup=False)
+        console.print(f"  {line}", soft_wrap=piped(), markup=False)
 
 
 def watch_jobs(job_ids: list[str], timeout: float = 900.0) -> dict[str, dict]:

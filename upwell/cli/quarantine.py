@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from upwell.cli.shared import err, fold, open_storage, print_json
+from upwell.cli.shared import err, fold, open_storage, piped, print_json
 
 quarantine_app = typer.Typer(no_args_is_help=True, help="Rejected uploads: list them, read their errors, retry.")
 console = Console()
@@ -61,9 +61,9 @@ def show(path: str = typer.Argument(..., help="the name under quarantine/, as `u
     if as_json:
         print_json(error)
         return
-    console.print(f"{path}: {error.get('message')}", soft_wrap=True, markup=False, highlight=False)
+    console.print(f"{path}: {error.get('message')}", soft_wrap=piped(), markup=False, highlight=False)
     console.print(f"  job {error.get('job_id')}, rejected {error.get('rejected_at')}; field {error.get('field')!r}"
-                  f"{'; limit ' + str(error['limit']) if error.get('limit') else ''}", soft_wrap=True, markup=False)
+                  f"{'; limit ' + str(error['limit']) if error.get('limit') else ''}", soft_wrap=piped(), markup=False)
     rows = error.get("rows") or []
     if rows:
         table = Table("row", "field", "problem", title=f"{len(rows)} bad row(s)"

@@ -62,6 +62,12 @@ def fold(table: Table) -> Table:
     return table
 
 
+def piped() -> bool:
+    """A listing's line as ``soft_wrap``: whole in a pipe or a file (for grep), word-wrapped within a
+    terminal's width (nothing past column 80 on an 80-column terminal, nothing cut)."""
+    return not console.is_terminal
+
+
 def print_json(data) -> None:
     """A listing's ``--json``: plain JSON on stdout, never wrapped to the terminal's width."""
     typer.echo(json.dumps(data, indent=1, default=str))

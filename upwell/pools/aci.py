@@ -23,11 +23,16 @@ from upwell import logs
 from upwell.pools import azure_common as az
 from upwell.pools import build_aci as build
 from upwell.pools.azure_errors import pool_error
-from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, refuse_gangs, split
+from upwell.pools.base import Busy, Gangs, NodeState, PoolStatus, refuse_gangs, split, warm_wanted
 
 log = logs.get("upwell.pools.aci")
 _ALIVE = (NodeState.PENDING, NodeState.IDLE, NodeState.RUNNING)
 _FINISHED = (NodeState.STOPPING, NodeState.FAILED)
+
+
+def _warm(group) -> bool:
+    """A group started as one of the first min_nodes (build_aci.WARM_TAG)."""
+    return (group.tags or {}).get(build.WARM_TAG) == "1"
 
 
 class AciPool(az.ArmPool):
@@ -76,12 +81,13 @@ class AciPool(az.ArmPool):
             alive = [(g, s) for g, s in groups if s in _ALIVE]
             if len(alive) < n:
                 alive_spot = sum(1 for g, _ in alive if str(g.priority or "").lower() == "spot")
+                warm = warm_wanted(self.spec, sum(1 for g, _ in alive if _warm(g)))
                 for i in range(n - len(alive)):
-                    self._create(spot=i < spot - alive_spot)
+                    self._create(spot=i < spot - alive_spot, warm=i < warm)
             elif len(alive) > n:
-                order = {NodeState.PENDING: 0, NodeState.IDLE: 1}
-                victims = sorted((order[s], g.name) for g, s in alive if s in order)[: len(alive) - n]
-                for _, name in victims:
+                order = {NodeState.PENDING: 0, NodeState.IDLE: 1}  # booting first; the warm ones last
+                victims = sorted((_warm(g), order[s], g.name) for g, s in alive if s in order)[: len(alive) - n]
+                for _, _, name in victims:
                     self._delete(name, "delete idle group")
         except AzureError as exc:
             raise pool_error(exc, pool=self.spec.name, action=f"scale container groups to {n}") from None
@@ -99,11 +105,11 @@ class AciPool(az.ArmPool):
         except AzureError as exc:
             raise pool_error(exc, pool=self.spec.name, action="delete container groups by id") from None
 
-    def _create(self, *, spot: bool) -> None:
+    def _create(self, *, spot: bool, warm: bool) -> None:
         name = build.group_name(self.spec)
         self.pollers.add(f"create container group {name}", self.client.container_groups.begin_create_or_update(
-            self.rg, name, build.container_group(self.spec, name, spot=spot)))
-        log.info("aci.create", pool=self.spec.name, group=name, spot=spot)
+            self.rg, name, build.container_group(self.spec, name, spot=spot, warm=warm)))
+        log.info("aci.create", pool=self.spec.name, group=name, spot=spot, warm=warm)
 
     def _delete(self, name: str, why: str) -> None:
         self.pollers.add(f"{why} {name}", self.client.container_groups.begin_delete(self.rg, name))

@@ -45,6 +45,18 @@ def agent_slots(spec: PoolSpec) -> int:
     return max(int(spec.tasks_per_node or 1), 1)
 
 
+def warm_wanted(spec: PoolSpec, warm_live: int) -> int:
+    """How many of the next one-node agents a pool starts must be warm: the first ``min_nodes`` agents are
+    (issue 25 item 15), so that ``warm_live`` already running leave ``min_nodes - warm_live``."""
+    return max(0, int(spec.min_nodes) - warm_live)
+
+
+def warm_idle_exit_s(spec: PoolSpec) -> float:
+    """A warm agent's idle exit (its ``--idle-exit``): ``options.warm_idle_exit_s``, default 0, which the
+    agent reads as never; it then runs until scale-in drains it, which takes the other idle agents first."""
+    return float(spec.options.get("warm_idle_exit_s", 0))
+
+
 @dataclass(frozen=True)
 class PoolStatus:
     """What a backend observes now. ``nodes`` maps a node id to its state."""

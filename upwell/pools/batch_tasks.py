@@ -102,7 +102,8 @@ class AgentTasks:
 
         tid = tasks.task_id(k, slot, self._now())
         try:
-            self.client.create_task(self.job_id, m.BatchTaskCreateOptions(tasks.agent_task(self.spec, k, tid)))
+            body = tasks.agent_task(self.spec, k, tid, warm=tasks.is_warm(self.spec, k, slot))
+            self.client.create_task(self.job_id, m.BatchTaskCreateOptions(body))
         except ResourceExistsError as exc:
             if not has_code(exc, "TaskExists"):
                 raise

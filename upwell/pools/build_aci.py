@@ -9,7 +9,8 @@ Options read here: ``image`` (required), ``registry``, ``identity_id`` (pulls
 the image from ACR and reaches storage), ``identity_client_id``,
 ``storage_account``, ``env``, ``tags``, ``location`` (required), ``subnet_id``,
 ``cpu`` (cores, default 1), ``memory_gb`` (default 1.5), ``gpu_count`` and
-``gpu_sku`` (V100, P100 or K80), ``idle_exit_s`` (default 300).
+``gpu_sku`` (V100, P100 or K80), ``idle_exit_s`` (default 300), ``warm_idle_exit_s`` (the first
+``min_nodes`` groups' agents; default 0, never).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import secrets
 
 from upwell.errors import ConfigError
 from upwell.pools import azure_common as az
-from upwell.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec, warm_idle_exit_s
 
 GPU_SKUS = ("V100", "P100", "K80")
+WARM_TAG = "upwell-warm"  # on a group whose agent keeps warm (one of the first min_nodes)
 
 
 def group_name(spec: PoolSpec, suffix: str | None = None) -> str:
@@ -41,12 +43,16 @@ def gpu(spec: PoolSpec) -> tuple[int, str] | None:
     return count, sku
 
 
-def container_group(spec: PoolSpec, name: str, *, spot: bool = False):
-    """The ContainerGroup for one worker. Spot is not offered with GPUs, so GPU groups are Regular."""
+def container_group(spec: PoolSpec, name: str, *, spot: bool = False, warm: bool = False):
+    """The ContainerGroup for one worker. Spot is not offered with GPUs, so GPU groups are Regular.
+    ``warm``: one of the pool's first ``min_nodes`` groups, whose agent's idle exit is the warm one
+    (``warm_idle_exit_s``, default 0: never), tagged ``upwell-warm`` so the pool counts it and deletes it
+    last."""
     from azure.mgmt.containerinstance import models as m
 
     accel = gpu(spec)
-    idle_exit = str(int(float(spec.options.get("idle_exit_s", 300))))
+    idle_s = warm_idle_exit_s(spec) if warm else float(spec.options.get("idle_exit_s", 300))
+    idle_exit = str(int(idle_s))
     env = az.agent_env(spec, UPWELL_NODE_ID=name, UPWELL_NODE_SPOT="1" if spot and not accel else "0",
                        UPWELL_IDLE_EXIT_S=idle_exit)
     requests = m.ResourceRequests(memory_in_gb=float(spec.options.get("memory_gb", 1.5)),
@@ -59,7 +65,8 @@ def container_group(spec: PoolSpec, name: str, *, spot: bool = False):
     identity_id = spec.options.get("identity_id")
     registry = az.registry_server(spec)
     return m.ContainerGroup(
-        location=str(az.opt(spec, "location")), tags=az.tags(spec), containers=[container], os_type="Linux",
+        location=str(az.opt(spec, "location")), tags={**az.tags(spec), **({WARM_TAG: "1"} if warm else {})},
+        containers=[container], os_type="Linux",
         restart_policy="Never", priority="Spot" if spot and not accel else "Regular",
         identity=m.ContainerGroupIdentity(type="UserAssigned", user_assigned_identities={
             str(identity_id): m.UserAssignedIdentities()}) if identity_id else None,

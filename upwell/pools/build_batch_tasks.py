@@ -19,7 +19,8 @@ by Batch; the next scale run adds another if the backlog still wants one. An age
 ``idle_exit_s`` without work (the task completes; its nodes go idle and scale-in can take them).
 
 Options read here (``UPWELL_POOLS.<pool>.options``, besides build_batch's): ``idle_exit_s`` (an agent
-task's idle time before it exits, default 120) and ``coordination_command`` (default: the image's sshd).
+task's idle time before it exits, default 120), ``warm_idle_exit_s`` (the same for the one-node agents in
+the first ``min_nodes`` slots; default 0, never) and ``coordination_command`` (default: the image's sshd).
 
 Followed: "Use multi-instance tasks to run MPI applications in Batch" (primary and subtasks, coordination
 command "launches a background service and verifies that [it] is ready", application command on the
@@ -40,7 +41,7 @@ from typing import Any
 from upwell.cost import tags as ops_tags
 from upwell.pools import azure_common as az
 from upwell.pools import build_batch as build
-from upwell.pools.base import PoolSpec
+from upwell.pools.base import PoolSpec, warm_idle_exit_s, warm_wanted
 
 # The image's sshd (workers/docker/gang-sshd.sh): started on every node of the task, ready before it returns.
 SSHD_COORDINATION = "/bin/sh /app/workers/docker/gang-sshd.sh"
@@ -99,11 +100,13 @@ def parse_task_id(value: str) -> tuple[int, int] | None:
     return (int(match["k"]), int(match["slot"])) if match else None
 
 
-def agent_task(spec: PoolSpec, k: int, tid: str) -> dict[str, Any]:
+def agent_task(spec: PoolSpec, k: int, tid: str, *, warm: bool = False) -> dict[str, Any]:
     """The REST JSON of BatchTaskCreateOptions for one agent: a plain task (k = 1) or a multi-instance task
     of k nodes. Runs the pool's image as the image's user (build_batch.user_account), like the start task of
-    a pool without gangs."""
-    env = {"UPWELL_SLOTS": "1", "UPWELL_IDLE_EXIT_S": f"{float(spec.options.get('idle_exit_s', IDLE_EXIT_S)):g}"}
+    a pool without gangs. ``warm``: one of the first ``min_nodes`` one-node agents (``is_warm``), whose idle
+    exit is ``warm_idle_exit_s`` (default 0: never) instead of ``idle_exit_s``."""
+    idle_s = warm_idle_exit_s(spec) if warm else float(spec.options.get("idle_exit_s", IDLE_EXIT_S))
+    env = {"UPWELL_SLOTS": "1", "UPWELL_IDLE_EXIT_S": f"{idle_s:g}"}
     if k > 1:
         env["UPWELL_GANG_NODES"] = str(int(k))
     body: dict[str, Any] = {
@@ -121,6 +124,12 @@ def agent_task(spec: PoolSpec, k: int, tid: str) -> dict[str, Any]:
         body["multiInstanceSettings"] = {"numberOfInstances": int(k),
                                          "coordinationCommandLine": coordination_command(spec)}
     return body
+
+
+def is_warm(spec: PoolSpec, k: int, slot: int) -> bool:
+    """Whether the agent task of ``k`` nodes in ``slot`` is warm: one-node agents in the first
+    ``min_nodes`` slots are (slots are filled lowest first, and the surplus ends highest first)."""
+    return k == 1 and slot < warm_wanted(spec, 0)
 
 
 def coordination_command(spec: PoolSpec) -> str:

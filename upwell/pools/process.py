@@ -22,7 +22,17 @@ import time
 from pathlib import Path
 
 from upwell import REPO
-from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool, agent_slots
+from upwell.pools.base import (
+    Busy,
+    Gangs,
+    NodeState,
+    PoolSpec,
+    PoolStatus,
+    WorkerPool,
+    agent_slots,
+    warm_idle_exit_s,
+    warm_wanted,
+)
 from workers.procs import descendants  # the same /proc walk the agent uses for its strays
 
 REPO = REPO
@@ -121,8 +131,9 @@ class LocalPool(WorkerPool):
             for _ in range(n - len(live)):
                 # The first min_nodes agents are warm: they never exit on idle, so an interactive job after a
                 # pause starts on a running agent, not a cold one; the rest exit after idle_exit_s.
-                warm = sum(1 for w in live if (self.dir / f"{w}.warm").exists()) < self.spec.min_nodes
-                live[self._spawn(set(workers), idle_exit_s=0.0 if warm else self.idle_exit_s, warm=warm)] = (0, "")
+                warm = warm_wanted(self.spec, sum(1 for w in live if (self.dir / f"{w}.warm").exists())) > 0
+                idle_exit = warm_idle_exit_s(self.spec) if warm else self.idle_exit_s
+                live[self._spawn(set(workers), idle_exit_s=idle_exit, warm=warm)] = (0, "")
                 workers = self._workers()
         elif n < len(live):
             idle = sorted((w for w, (_, s) in live.items() if s == "idle" and node_id(w) not in (busy or ())),

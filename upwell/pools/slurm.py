@@ -22,6 +22,11 @@ longer wants are removed as any other (pending ones cancelled, idle agents drain
 busy ones left alone). ``status`` counts a gang job as k nodes: its agent's node id
 and k - 1 more (``<agent id>+<i>``), all in the job's state.
 
+Warm agents (issue 25 item 15): the first ``min_nodes`` one-node agent jobs run with the warm idle exit
+(``options.warm_idle_exit_s``, default 0: never) instead of ``idle_exit_s``; the pool marks each with
+``state_dir/<pool>/<job id>.warm`` to count them (a new warm one only while fewer live) and drains the
+other idle agents first.
+
 The pool keeps its spec, the CLI runner, the state folder and the jobs it asked
 to drain (so that a second scale run does not count them twice).
 """
@@ -41,7 +46,7 @@ from urllib.parse import urlsplit
 from upwell import logs, names
 from upwell.errors import PoolError, PoolErrorKind
 from upwell.pools import build_slurm as build
-from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool
+from upwell.pools.base import Busy, Gangs, NodeState, PoolSpec, PoolStatus, WorkerPool, warm_idle_exit_s, warm_wanted
 
 log = logs.get("upwell.pools.slurm")
 DRAIN_S = 60.0  # how long a job asked to drain counts as leaving, not alive
@@ -284,8 +289,9 @@ class SlurmPool(WorkerPool):
             live_spot = sum(1 for j in singles if build.is_spot(self.spec, j.partition))
             want_spot = self._spot_target(n, spot)
             new_spot = min(max(0, want_spot - live_spot), n - len(singles))
+            warm = warm_wanted(self.spec, sum(1 for j in singles if self._warm(j.job_id)))
             for k in range(n - len(singles)):
-                self.submit(spot=k < new_spot)
+                self.submit(spot=k < new_spot, warm=k < warm)
         elif n < len(singles):
             self._shrink(singles, nodes, len(singles) - n)
 
@@ -309,6 +315,7 @@ class SlurmPool(WorkerPool):
 
     def _shrink(self, alive: list[build.SlurmJob], nodes: dict[str, NodeState], k: int) -> None:
         newest = sorted(alive, key=lambda j: int(j.job_id) if j.job_id.isdigit() else 0, reverse=True)
+        newest.sort(key=lambda j: self._warm(j.job_id))  # stable: the warm agents go last
         pending = [j.job_id for j in newest if nodes[j.job_id] is NodeState.PENDING][:k]
         idle = [j.job_id for j in newest if nodes[j.job_id] is NodeState.IDLE][: k - len(pending)]
         if pending:
@@ -331,24 +338,34 @@ class SlurmPool(WorkerPool):
             if not any(s in str(exc).lower() for s in _ALREADY_GONE):
                 raise
 
-    def submit(self, *, spot: bool = False, nodes: int = 1) -> str:
-        """One agent job (``nodes`` > 1: a gang job of that many nodes); returns its id."""
-        script = build.batch_script(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir),
+    def submit(self, *, spot: bool = False, nodes: int = 1, warm: bool = False) -> str:
+        """One agent job (``nodes`` > 1: a gang job of that many nodes); returns its id. ``warm``: one of
+        the first ``min_nodes`` agents, whose idle exit is the pool's warm one (default never), marked
+        ``<state_dir>/<pool>/<job>.warm`` so the pool counts it and drains it last."""
+        idle_exit = warm_idle_exit_s(self.spec) if warm else self.idle_exit_s
+        script = build.batch_script(self.spec, idle_exit_s=idle_exit, state_dir=str(self.state_dir),
                                     spot=spot, nodes=nodes)
         if isinstance(self.driver, RestDriver):
-            job_id = self.driver.submit(self.spec, script, spot=spot, env=self._rest_env(spot, nodes), nodes=nodes)
+            job_id = self.driver.submit(self.spec, script, spot=spot, env=self._rest_env(spot, nodes, idle_exit),
+                                        nodes=nodes)
         else:
             job_id = self.driver.submit(self.spec, script, spot=spot, nodes=nodes)
-        log.info("slurm.submitted", pool=self.spec.name, job_id=job_id, spot=spot, nodes=nodes)
+        if warm:
+            (self.state_dir / self.spec.name).mkdir(parents=True, exist_ok=True)
+            (self.state_dir / self.spec.name / f"{job_id}.warm").touch()
+        log.info("slurm.submitted", pool=self.spec.name, job_id=job_id, spot=spot, nodes=nodes, warm=warm)
         return job_id
 
-    def _rest_env(self, spot: bool, nodes: int = 1) -> dict[str, str]:
+    def _warm(self, job_id: str) -> bool:
+        return (self.state_dir / self.spec.name / f"{job_id}.warm").exists()
+
+    def _rest_env(self, spot: bool, nodes: int, idle_exit_s: float) -> dict[str, str]:
         """What sbatch would have exported for the agent: PATH, the storage settings, the agent's own."""
         source = self.env if self.env is not None else os.environ
         env = {"PATH": source.get("PATH", "/usr/local/bin:/usr/bin:/bin")}
         env.update({k: v for k, v in source.items() if k == names.CONNECTION
                     or k.startswith(f"{names.CONNECTION}__") or k in _PASSED_TO_REST_JOBS})
-        env.update(build.agent_env(self.spec, idle_exit_s=self.idle_exit_s, state_dir=str(self.state_dir), spot=spot,
+        env.update(build.agent_env(self.spec, idle_exit_s=idle_exit_s, state_dir=str(self.state_dir), spot=spot,
                                    nodes=nodes))
         return env
 
