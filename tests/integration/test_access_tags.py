@@ -58,14 +58,17 @@ def test_every_blob_of_a_sample_job_carries_its_project(azurite, tmp_path, monke
     assert [r.status for r in refused] == ["rejected", "rejected"] and "clinic" in refused[0].message
 
     written = {}
-    for container in (names.SHARDS, names.RESULTS, names.REPORTS):
+    # The CSV's row blocks reference the upload itself (upwell.shardref): no shard copies; the upload under
+    # incoming/ocean/ is the uploader's own write, tagged or not by them.
+    assert not tags_under(store, names.SHARDS, f"{job.job_id}/")
+    for container in (names.RESULTS, names.REPORTS):
         found = tags_under(store, container, f"{job.job_id}/")
         assert found, f"nothing under {container}/{job.job_id}/"
         written.update(found)
     for folder in ("claims", "unknown"):
         written.update(tags_under(store, names.QUARANTINE, f"ocean/{folder}/"))
     kinds = {path.rsplit(".", 1)[-1] for path in written}
-    assert {"csv", "json", "npz", "log", "html"} <= kinds, sorted(written)  # shards, results, artifacts, report
+    assert {"json", "npz", "log", "html"} <= kinds, sorted(written)  # results, artifacts, logs, report
     assert sum(p.startswith(f"{names.QUARANTINE}/") for p in written) == 4  # two uploads, two error files
     untagged = {p: t for p, t in written.items() if t != {"project": "ocean"}}
     assert not untagged, untagged

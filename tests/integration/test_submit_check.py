@@ -70,8 +70,11 @@ def test_dry_run_counts_shards_and_prints_the_estimate_without_uploading(store, 
 @pytest.fixture
 def own_azurite(tmp_path):
     """Its own Azurite: on the session's, the work earlier tests left queued or open is this host's backlog too, and
-    its workers ran that first (six times as long), which says nothing about --wait."""
-    yield from azurite_in(tmp_path / "azurite")
+    its workers ran that first (six times as long), which says nothing about --wait. Its containers, queues and
+    tables made as `upwell up` makes them."""
+    for emulator in azurite_in(tmp_path / "azurite"):
+        Storage(emulator.connection_string).ensure()
+        yield emulator
 
 
 def test_wait_follows_the_job_to_its_report(own_azurite, tmp_path, monkeypatch):

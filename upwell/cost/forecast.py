@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from upwell.cost.prices import PriceTable, blended_per_hour, load, node_share
+from upwell.errors import NotFound
 from upwell.rows import JobState, ShardState
 
 if TYPE_CHECKING:
@@ -109,8 +110,13 @@ class History:
 
 
 def learn(ledger: Ledger, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
-    """History of ``payload`` on ``pool`` from the ledger's most recent finished jobs."""
-    jobs = sorted(ledger.jobs(*FINISHED, payload=payload, pool=pool), key=lambda j: j.finished_at, reverse=True)
+    """History of ``payload`` on ``pool`` from the ledger's most recent finished jobs; none on an account whose
+    jobs table does not exist yet (a dry run before the first `upwell up` or deployment made it)."""
+    try:
+        finished = list(ledger.jobs(*FINISHED, payload=payload, pool=pool))
+    except NotFound:
+        return History()
+    jobs = sorted(finished, key=lambda j: j.finished_at, reverse=True)
     hist = History()
     for job in jobs[:max_jobs]:
         hist.jobs += 1
