@@ -18,7 +18,7 @@ import pytest
 from tests.pipeline_helpers import POOLS, REPO, pipeline_env, running_host, wait_for, wait_reported
 from upwell import names
 from upwell.after import cloudevents, hook, webhook
-from upwell.errors import InputRejected
+from upwell.errors import InputRejected, NotFound
 from upwell.ingest.blobnames import job_id_for
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
@@ -155,16 +155,21 @@ def upload(store: Storage, name: str, text: str) -> str:
     return job_id_for(name, etag)
 
 
-def analysed(store: Storage, job_id: str, timeout: float = 300.0):
-    """The job row once its analysis has ended and the report shows it."""
+def analysed(store: Storage, job_id: str, timeout: float = 300.0, attempt: int = 1):
+    """The job row once analysis ``attempt`` has ended and the report shows it (summary.json's analysis has that
+    attempt's state: a report built while the reduce still ran is built again)."""
     ledger = Ledger(store)
 
     def ended():
         job = ledger.job(job_id)
         state = (job.extra or {}).get("analysis_state") if job else None
-        if state in ("succeeded", "failed") and job.report_count >= 2:
-            return job
-        return None
+        if state not in ("succeeded", "failed") or int(job.extra.get("analysis_attempt") or 0) != attempt:
+            return None
+        try:
+            shown = json.loads(store.read(f"reports/{job_id}/summary.json")).get("analysis") or {}
+        except NotFound:
+            return None
+        return job if shown.get("status") == state and shown.get("attempt") == attempt else None
 
     return wait_for(ended, timeout, f"the analysis of {job_id}", lambda: str(ledger.job(job_id)))
 
@@ -209,9 +214,8 @@ def test_failed_reduce_keeps_results_and_report_then_rerun_reduce_succeeds(stack
     fixed = definition("broken-reduce", "1.0.1", COUNT.replace("parent_results", "results_read"))
     Registry(store).push(fixed, "lab.yaml")
     assert rerun_reduce(store, job_id) == f"{job_id}-reduce2"
-    ledger = Ledger(store)
-    job = wait_for(lambda: (j := ledger.job(job_id)) and j.extra.get("analysis_state") == "succeeded"
-                   and j.report_count >= 3 and j, 120, "the re-run reduce")
+    job = analysed(store, job_id, 120, attempt=2)
+    assert job.extra["analysis_state"] == "succeeded", job.extra
     summary = json.loads(store.read(f"reports/{job_id}/summary.json"))
     assert summary["analysis"]["metrics"]["results_read"] == 2 and summary["analysis"]["attempt"] == 2
     assert summary["counts"]["succeeded"] == 2  # the shards' results as they were

@@ -90,12 +90,24 @@ def publish(storage: Storage, job_id: str, ledger: Ledger | None = None, *, forc
         path = f"{names.REPORTS}/{job_id}/{rel}"
         storage.for_project(job.project).write(path, data, content_type=CONTENT_TYPES.get(ext))
         written.append(path)
-    ledger.update_job(job_id, reported=True, reported_at=now_iso(), report_blob=f"{names.REPORTS}/{job_id}/index.html",
-                      report_count=job.report_count + 1)
+    ledger.change_job(job_id, lambda row: {"reported": True, "reported_at": now_iso(),
+                                           "report_blob": f"{names.REPORTS}/{job_id}/index.html",
+                                           "report_count": row.report_count + 1})  # one count per build
     log.info("report.published", job_id=job_id, files=len(written))
     for other in again:  # a reduce's parent: its report now shows the analysis
         publish(storage, other, ledger, force=True)
+    # A fast reduce can end (and its report rebuild this one) while this build still rendered the analysis as
+    # running; whichever build wrote last, the report must show the analysis as the row now has it.
+    latest = ledger.job(job_id)
+    if latest is not None and _analysis_of(latest) != _analysis_of(job):
+        return publish(storage, job_id, ledger, force=True)
     return Published(job_id, True, tuple(written))
+
+
+def _analysis_of(job: JobRow) -> tuple[str, ...]:
+    """What a report shows of the job's analysis (upwell.after): its state, reduce job and error."""
+    extra = job.extra or {}
+    return tuple(str(extra.get(k) or "") for k in ("analysis_state", "analysis_job", "analysis_error"))
 
 
 def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0,
