@@ -79,19 +79,19 @@ def test_only_operators_push_and_the_definition_records_who(env, azurite, monkey
     refused = cli("payload", "push", str(definition(env, "1.0.0")))
     assert refused.exit_code == 2 and "NotOperator" in refused.output and "ann" in refused.output
     assert not store.exists(f"{names.PAYLOADS}/column-count/1.0.0.yaml")
-    rule = env / "buoy.yaml"
-    rule.write_text("name: buoy\nmatch: 'ocean/buoy/*.csv'\npayload: welch\n")
+    rule = env / "access-buoy.yaml"  # a name of its own: the session's Azurite may hold another test's buoy rule
+    rule.write_text("name: access-buoy\nmatch: 'ocean/access-buoy/*.csv'\npayload: welch\n")
     refused_rule = cli("rules", str(rule))
     assert refused_rule.exit_code == 2 and "NotOperator" in refused_rule.output
-    assert not store.exists(f"{names.PIPELINES}/buoy.yaml")
+    assert not store.exists(f"{names.PIPELINES}/access-buoy.yaml")
 
     monkeypatch.setenv("UPWELL_PRINCIPAL", "bo")
     pushed = cli("payload", "push", str(definition(env, "1.0.0")))
     assert pushed.exit_code == 0 and "registered: column-count@1.0.0" in pushed.output, pushed.output
     meta = store.properties(f"{names.PAYLOADS}/column-count/1.0.0.yaml").metadata
     assert meta["pushed_by"] == "bo"
-    assert cli("rules", str(rule)).exit_code == 0 and store.exists(f"{names.PIPELINES}/buoy.yaml")
-    store.delete(f"{names.PIPELINES}/buoy.yaml")  # the session's Azurite is shared: leave no rule behind
+    assert cli("rules", str(rule)).exit_code == 0 and store.exists(f"{names.PIPELINES}/access-buoy.yaml")
+    store.delete(f"{names.PIPELINES}/access-buoy.yaml")  # the session's Azurite is shared: leave no rule behind
     monkeypatch.setenv("UPWELL_PRINCIPAL", "ann")  # nor may a submitter delete what an operator pushed
     refused_delete = cli("payload", "delete", "column-count@1.0.0")
     assert refused_delete.exit_code == 2 and "NotOperator" in refused_delete.output, refused_delete.output

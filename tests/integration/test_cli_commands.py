@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.pipeline_helpers import module_azurite
 from upwell import __version__, names
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
@@ -36,6 +37,11 @@ payload: channel-stats
 """
 BAD = b"time,level\n0,1.0\nx,2.0\n2,3.0\n3,oops\n4,5.0,9\n5,6.0\n"  # rows 3, 5 and 6 are bad
 LONG = "a budget shortfall: this job's estimate is over what is left of the project's budget for the window"
+
+
+# Its own Azurite: the listings show every job and rule there, and on the session's one what the modules before it
+# left (on the same pytest worker) would be in the 80-column tables it checks.
+azurite = module_azurite("cli-commands")
 
 
 @pytest.fixture(scope="module")
