@@ -179,14 +179,12 @@ class Ledger:
         return self.index.recent_jobs(self.job, limit)
 
     def active_shards(self, job_id: str) -> list[tuple[str, str]]:
-        """(server write time, shard id) of the job's shards that an agent is working on now:
-        running and not yet released (see shard_released). The per-job concurrency cap counts these."""
+        """(claim's place, shard id) of the job's shards that an agent works on now (ShardRow.claimed_running)."""
         with _funnel(f"list running shards of {job_id}"):
-            rows = self.table.query_entities(f"{_SHARD_ROWS} and status eq @s",
-                                             parameters={"pk": job_id, "job": names.JOB_ROW,
-                                                         "s": ShardState.RUNNING.value})
-            shards = [ShardRow.from_entity(r) for r in rows]
-        return [(s.written, s.shard_id) for s in shards if not s.released_at]
+            shards = [ShardRow.from_entity(r) for r in self.table.query_entities(
+                f"{_SHARD_ROWS} and status eq @s", parameters={"pk": job_id, "job": names.JOB_ROW,
+                                                              "s": ShardState.RUNNING.value})]
+        return [(s.claim_place, s.shard_id) for s in shards if s.claimed_running]
 
     def running(self, pool: str, among: list[JobRow] | None = None) -> list[ShardRow]:
         """Shard rows that are running on a pool (the ledger's in-flight count), read job by job (one
@@ -274,9 +272,11 @@ class Ledger:
         def change(row: ShardRow):
             if row.terminal:
                 return None
+            # a re-claim of a shard still running (a duplicate delivery) keeps its place under the cap
             return {"status": ShardState.RUNNING.value, "node": node, "pool": pool, "spot": spot,
                     "attempts": attempt, "started_at": now_iso(),
-                    "first_started_at": row.first_started_at or now_iso(), "released_at": ""}
+                    "first_started_at": row.first_started_at or now_iso(), "released_at": "",
+                    "claim_key": row.claim_place if row.claimed_running else ""}
 
         etag = self._update_seen(row, change) if row is not None and row.etag else None
         if etag is None:  # no row given, or it moved on: read, change and write under ETag
@@ -348,6 +348,8 @@ class Ledger:
             fields: dict[str, Any] = {"deferrals": row.deferrals + 1}
             if node and row.status == ShardState.RUNNING and row.node == node:
                 fields["status"] = ShardState.QUEUED.value
+            elif row.claimed_running:  # another agent runs it: this write must not move its claim's place
+                fields["claim_key"] = row.claim_place
             return fields
 
         self._update_shard(job_id, shard_id, change)
@@ -355,9 +357,7 @@ class Ledger:
     def shard_released(self, job_id: str, shard_id: str) -> None:
         """The agent is done with the shard (its result is written); collect will make it terminal."""
         def change(row: ShardRow):
-            if row.status != ShardState.RUNNING:
-                return None
-            return {"released_at": now_iso()}
+            return {"released_at": now_iso()} if row.status == ShardState.RUNNING else None
 
         self._update_shard(job_id, shard_id, change)
 

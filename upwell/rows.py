@@ -255,6 +255,10 @@ class ShardRow(_Row):
     first_started_at: str = ""
     started_at: str = ""
     released_at: str = ""
+    # The claim's place among the job's running shards (the per-job concurrency cap): the server's write
+    # time of the claim, pinned here by the first later write to the running row (a duplicate delivery's
+    # deferral or re-claim), whose own write time would otherwise move the shard behind newer claims.
+    claim_key: str = ""
     finished_at: str = ""
     node_seconds: float = 0.0
     preempted_node_seconds: float = 0.0
@@ -270,6 +274,16 @@ class ShardRow(_Row):
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""
     etag: str = ""
+
+    @property
+    def claimed_running(self) -> bool:
+        """Running and not yet released by its agent: one of the slots the job's cap counts."""
+        return self.status == ShardState.RUNNING and not self.released_at
+
+    @property
+    def claim_place(self) -> str:
+        """The sort key of this running shard's claim: pinned, else the row's last write (the claim)."""
+        return self.claim_key or self.written
 
     @classmethod
     def _state(cls, value: Any) -> ShardState:

@@ -142,6 +142,7 @@ class Agent:
         input_path = self.staging.stage_in(item, root)
         resume = self.staging.checkpoint_in(item, root) if may_resume(hand.shard, hand.etag) else None
         hand.staging_wait_s = self.clock.thread_waited() - waited
+        hand.lease.renew()  # a slow claim and stage-in must not let the message reappear before the payload ticks
         hand.log.info("agent.run", attempt=item.attempt, resume=bool(resume), payload=item.payload)
         return input_path, resume
 

@@ -160,7 +160,11 @@ def _listed(driver) -> list[str]:
 
 
 def _filter(driver, key: str, value: str) -> None:
-    """Choose ``value`` in the page's ``key`` filter as a user would: the select's change event."""
+    """Choose ``value`` in the page's ``key`` filter as a user would: once the select offers it (the page
+    offers the values of the jobs it lists), then the select's change event."""
+    offered = "return [...document.querySelectorAll('#f-' + arguments[0] + ' option')].map(o => o.value);"
+    wait_for(lambda: value in _js(driver, offered, key), 30, f"the {key} filter to offer {value!r}",
+             lambda: str(_js(driver, offered, key)))
     _js(driver, "const s = document.querySelector('#f-' + arguments[0]); s.value = arguments[1];"
         " s.dispatchEvent(new Event('change', {bubbles: true}));", key, value)
 
@@ -196,9 +200,9 @@ def test_dashboard_in_chromium_filters_cancels_reruns_and_shows_usage(browser, a
     bad_id = _upload(store, "dash/bad/job.yaml", BAD)
     job_id = _upload(store, "dash/sweep/job.yaml", SAMPLE)
     reef_id = _upload(store, "dash/reef/job.yaml", REEF)
-    wait_for(lambda: _state(browser, job_id) == "queued" and _state(browser, reef_id) == "queued", 60,
-             "the page to show both jobs queued",
-             lambda: f"states: {_state(browser, job_id)}, {_state(browser, reef_id)}")
+    wait_for(lambda: _state(browser, job_id) == "queued" and _state(browser, reef_id) == "queued"
+             and _state(browser, bad_id) == "rejected", 60, "the page to show both jobs queued and one rejected",
+             lambda: f"states: {_state(browser, job_id)}, {_state(browser, reef_id)}, {_state(browser, bad_id)}")
     browser.save_screenshot(str(artifacts / "1-1-queued.png"))
     _filters_narrow_the_list(browser, artifacts, job_id, reef_id)
     _cancel_with_the_button(browser, store, reef_id)
