@@ -50,6 +50,11 @@ class RedriveExhausted(InputRejected):
     """An input the reconciler re-drove ``max_redrives`` times without success: quarantined, never dropped."""
 
 
+class BlockTooLarge(InputRejected):
+    """A block of grid points (``points_per_item``) whose work item or shard row would not fit Azure's limits
+    (a 64 KiB queue message, a 64 KiB table property): refused at submit, naming the largest block that fits."""
+
+
 class DecodeError(UpwellError):
     """A message that cannot be decoded; never retried."""
 

@@ -44,6 +44,9 @@ class WorkItem:
     input_select: list[str] = field(default_factory=list)
     # A shard that references its data: the byte range of input_blob at a pinned version (upwell.shardref)
     input_range: dict[str, Any] | None = None
+    # A block of grid points (upwell.ingest.blocks): each point's own values over ``params``, run in turn
+    # (workers.blocks); empty: the item is one point. Left out of the JSON when empty.
+    points: list[dict[str, Any]] = field(default_factory=list)
     schema: int = SCHEMA_VERSION
 
     @property
@@ -56,7 +59,10 @@ class WorkItem:
 
 def encode(item: WorkItem, limit: int = MAX_MESSAGE_BYTES) -> str:
     """Encode to JSON text; raise InputRejected naming the limit if too large."""
-    text = json.dumps(dataclasses.asdict(item), separators=(",", ":"), sort_keys=True)
+    data = dataclasses.asdict(item)
+    if not data["points"]:
+        del data["points"]  # a one-point item is encoded as before blocks existed
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     size = len(text.encode())
     if size > limit:
         raise InputRejected(

@@ -207,6 +207,8 @@ class JobRow(_Row):
     ingest_owner: str = ""  # the ingest's lease (upwell.ingest.lease): who holds it,
     ingest_beat_at: float = 0.0  # when it last renewed it (epoch seconds; 0: released),
     ingest_sent: int = 0  # and how many of the job's work items, in shard order, had gone out by then
+    points_total: int = 0  # a job of blocks (upwell.ingest.blocks): its grid points; 0: a point per shard
+    points_per_item: int = 0  # and the points one shard (work item) carries; 0 or 1: one
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""  # the server's last-write time
     etag: str = ""
@@ -271,6 +273,7 @@ class ShardRow(_Row):
     history: str = "[]"  # JSON list of earlier attempts: node, started, finished, status
     cancelled_at: str = ""
     reruns: int = 0
+    points: str = ""  # a block's points: JSON list of each point's own values over ``params`` ("": one point)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""
     etag: str = ""
@@ -309,6 +312,19 @@ class ShardRow(_Row):
         except ValueError:
             return []
         return past if isinstance(past, list) else []
+
+    def block(self) -> list[dict[str, Any]]:
+        """A block's points, each point's own values over ``parameters()``; [] for a one-point shard."""
+        try:
+            value = json.loads(self.points or "[]")
+        except ValueError:
+            return []
+        return [p for p in value if isinstance(p, dict)] if isinstance(value, list) else []
+
+    @property
+    def point_count(self) -> int:
+        """The grid points this shard runs: its block's, else one."""
+        return len(self.block()) or 1
 
     def parameters(self) -> dict[str, Any]:
         try:

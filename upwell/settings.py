@@ -175,6 +175,9 @@ class Settings:
     secrets_dir: str = ""  # UPWELL_SECRETS_DIR: local folder of webhook secrets, one file per secret name
     key_vault_url: str = ""  # UPWELL_KEY_VAULT_URL: Key Vault holding webhook secrets by name (Azure)
     eventgrid_endpoint: str = ""  # UPWELL_EVENTGRID_ENDPOINT: the custom topic job events go to (Azure)
+    # UPWELL_BLOCK_TARGET_S: points_per_item: auto puts this many seconds of estimated work in one work item
+    block_target_s: int = 30
+    block_max: int = 64  # UPWELL_BLOCK_MAX: the most grid points points_per_item: auto puts in one work item
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -274,7 +277,8 @@ _INTS = (("max_upload_bytes", "UPWELL_MAX_UPLOAD_BYTES"), ("max_shards", "UPWELL
          ("reconcile_grace_s", "UPWELL_RECONCILE_GRACE_S"), ("reconcile_max_actions", "UPWELL_RECONCILE_MAX_ACTIONS"),
          ("reconcile_max_redrives", "UPWELL_RECONCILE_MAX_REDRIVES"), ("ingest_lease_s", "UPWELL_INGEST_LEASE_S"),
          ("enqueue_workers", "UPWELL_ENQUEUE_WORKERS"), ("enqueue_per_s", "UPWELL_ENQUEUE_PER_S"),
-         ("cli_start_wait_s", "UPWELL_CLI_START_WAIT_S"), ("quarantine_max_rows", "UPWELL_QUARANTINE_MAX_ROWS"))
+         ("cli_start_wait_s", "UPWELL_CLI_START_WAIT_S"), ("quarantine_max_rows", "UPWELL_QUARANTINE_MAX_ROWS"),
+         ("block_target_s", "UPWELL_BLOCK_TARGET_S"), ("block_max", "UPWELL_BLOCK_MAX"))
 _BOOLS = (("scale_on_ingest", "UPWELL_SCALE_ON_INGEST"), ("project_folders", "UPWELL_PROJECT_FOLDERS"))
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from upwell import names
 from upwell.access.tags import job_project
 from upwell.errors import InputRejected
-from upwell.ingest import manifests
+from upwell.ingest import blocks, manifests
 from upwell.ingest.fanout import send_in_order
 from upwell.ingest.lease import IngestLease
 from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
@@ -94,6 +94,7 @@ class JobAcceptor:
         poolfit.check(shape.Shape(resources.nodes, resources.ranks, resources.oversubscribe), self.settings.pools,
                       job["pool"])
         job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus, shards_total=total)
+        _blocks(job, shards)
         make = _Items(job, spec, resources, self.settings.max_message_bytes, select)
         lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
         try:
@@ -141,8 +142,9 @@ class JobAcceptor:
         """Priced on the pool that runs it, node time learned from earlier results (``history``)."""
         from upwell.cost import forecast as est
 
+        per_point = job["estimate_node_seconds_per_shard"] / max(1, int(job.get("points_per_item") or 1))
         return est.for_job(self.ledger, payload=job["payload"], pool=job["pool"], spec=self.settings.pools[job["pool"]],
-                           points=points, manifest_s=job["estimate_node_seconds_per_shard"], spot=bool(job["spot"]),
+                           points=points, manifest_s=per_point, spot=bool(job["spot"]),
                            resources=resources, history=history)
 
     def _open(self, job: dict, lease: IngestLease) -> set[str] | None:
@@ -164,7 +166,8 @@ class JobAcceptor:
         rows = (ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
                          input_range=json.dumps(_range(shard), sort_keys=True) if _range(shard) else "",
-                         result_blob=f"{names.RESULTS}/{job_id}/{sid}.json")
+                         result_blob=f"{names.RESULTS}/{job_id}/{sid}.json",
+                         points=blocks.points_json(_points(shard)) if _points(shard) else "")
                 for shard in shards for sid, params, blob, digest, *_ in [shard])
         while chunk := list(itertools.islice(rows, ROWS_PER_BEAT)):
             self.ledger.add_shards(job_id, chunk)  # one transaction at a time: Azurite reset concurrent ones
@@ -196,14 +199,22 @@ class _Items:
                         checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
                         result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=r.ranks, gpus=r.gpus, nodes=r.nodes,
                         oversubscribe=r.oversubscribe, project=self.job["project"], input_select=self.select,
-                        input_range=_range(shard))
-        return encode(item, self.limit)
+                        input_range=_range(shard), points=_points(shard) or [])
+        try:
+            return encode(item, self.limit)
+        except InputRejected as exc:
+            if not item.points:
+                raise
+            size = len(encode(item, 1 << 62).encode())
+            raise blocks.too_large(sid, exc.message, blocks.fitting_message(item.points, size, self.limit),
+                                   limit=exc.limit) from None
 
     def checked(self, shards: Iterable[tuple]) -> Iterator[dict]:
-        """Each shard's params, once its work item is known to fit (size errors before any effect)."""
+        """Each point's params (a block's, one by one), once its shard's work item is known to fit (size errors
+        before any effect)."""
         for shard in shards:
             self.text(shard)
-            yield shard[1]
+            yield from ({**shard[1], **p} for p in _points(shard)) if _points(shard) else (shard[1],)
 
 
 def _unsent(shards: Iterable[tuple], started: set[str], lease: IngestLease) -> Iterator[tuple[int, tuple]]:
@@ -212,6 +223,20 @@ def _unsent(shards: Iterable[tuple], started: set[str], lease: IngestLease) -> I
     for i, shard in enumerate(shards):
         if i >= lease.sent and shard[0] not in started:
             yield i, shard
+
+
+def _points(shard: tuple) -> list[dict] | None:
+    """A block's points, each point's own values over the shard's params (upwell.ingest.blocks)."""
+    return shard[5] if len(shard) > 5 else None
+
+
+def _blocks(job: dict, shards) -> None:
+    """A job of blocks records its points and k, and its estimate per shard becomes one block's (the scaler
+    reads a work item's run time from it); a job of one point per shard records nothing new."""
+    k = int(getattr(shards, "k", 1) or 1)
+    if k > 1:
+        job.update(points_total=int(shards.points), points_per_item=k,
+                   estimate_node_seconds_per_shard=job["estimate_node_seconds_per_shard"] * k)
 
 
 def _uploader(props) -> str:

@@ -17,6 +17,7 @@ which the SDK's retry policy backs off from.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -25,27 +26,62 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from upwell.ingest import manifests
+from upwell.errors import InputRejected
+from upwell.ingest import blocks, manifests
 
 
 class GridShards:
     """A manifest's grid as shards ``(shard id, point, input blob, point sha256)``, made as they are read; the
     input blob is None, or every shard's one input (a chained job's parent results folder, upwell.after).
-    State: the manifest, the limits and the payload definition; ``len()`` needs no pass."""
+    With ``k`` > 1 each shard is a block of k consecutive points (upwell.ingest.blocks): ``(shard id, shared
+    params, input blob, block sha256, None, [each point's own grid values])``. ``fit``: shrink k to what the
+    first block's size says fits (``points_per_item: auto``). State: the manifest, the limits, the payload
+    definition and k; ``len()`` (work items) and ``points`` need no pass."""
 
     def __init__(self, m: manifests.Manifest, max_shards: int, max_param_bytes: int, definition: Any, *,
-                 input_blob: str | None = None):
+                 input_blob: str | None = None, k: int = 1, fit: bool = False):
         self.manifest, self.max_param_bytes, self.definition = m, max_param_bytes, definition
         self.input_blob = input_blob
-        self.size = manifests.check_grid_size(m, max_shards)
+        self.k = max(1, int(k))
+        if fit and self.k > 1:
+            sample = list(itertools.islice(self._deltas(), self.k))
+            self.k = min(self.k, blocks.fitting(sample))
+        if self.k == 1:
+            self.points = self.size = manifests.check_grid_size(m, max_shards)
+            return
+        self.points = manifests.grid_size(m.grid)
+        self.size = -(-self.points // self.k)
+        if self.size > max_shards:
+            raise InputRejected(f"grid has {self.points} points in {self.size} blocks of {self.k}; the limit is "
+                                f"{max_shards} shards per job", field="grid", limit=f"max_shards={max_shards}")
 
     def __len__(self) -> int:
         return self.size
 
-    def __iter__(self) -> Iterator[tuple[str, dict, str | None, str]]:
+    def __iter__(self) -> Iterator[tuple]:
+        if self.k > 1:
+            yield from self._blocks()
+            return
         for i, point in enumerate(manifests.iter_points(self.manifest, self.max_param_bytes, self.definition)):
             digest = hashlib.sha256(json.dumps(point, sort_keys=True).encode()).hexdigest()
             yield f"s{i:05d}", point, self.input_blob, digest
+
+    def _deltas(self) -> Iterator[dict]:
+        """Each point's own grid values, every point validated whole as a shard's would be."""
+        keys = list(self.manifest.grid)
+        for point in manifests.iter_points(self.manifest, self.max_param_bytes, self.definition):
+            yield {key: point[key] for key in keys}
+
+    def _blocks(self) -> Iterator[tuple]:
+        shared, deltas = dict(self.manifest.params), self._deltas()
+        for b in itertools.count():
+            chunk = list(itertools.islice(deltas, self.k))
+            if not chunk:
+                return
+            sid = f"s{b:05d}"
+            text = blocks.check(sid, chunk)  # BlockTooLarge before any row or message exists
+            digest = hashlib.sha256(json.dumps([shared, text], sort_keys=True).encode()).hexdigest()
+            yield sid, shared, self.input_blob, digest, None, chunk
 
 
 class Pacer:

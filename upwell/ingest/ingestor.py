@@ -24,7 +24,7 @@ from upwell.after import spec as after_spec
 from upwell.after.gate import gate
 from upwell.documents import check_size
 from upwell.errors import IngestLeased, InputRejected, NotFound
-from upwell.ingest import lease, manifests
+from upwell.ingest import blocks, lease, manifests
 from upwell.ingest.accept import JobAcceptor
 from upwell.ingest.blobnames import check_name, instrument_drop, is_manifest, is_manifest_input, job_id_for
 from upwell.ingest.datawait import data_exists, wait_for_data, waiting_manifests
@@ -144,8 +144,9 @@ class Ingestor:
             shards = list(self._sharder(job).data_refs(job_id, name, m, spec))
         else:
             folder = f"{names.RESULTS}/{chained.parent}/" if chained.parent else None  # the parent's results
+            k, fit = blocks.size_for(m, self.settings.block_target_s, self.settings.block_max)
             shards = GridShards(m, self.settings.max_shards, self.settings.max_param_bytes, spec.definition,
-                                input_blob=folder)
+                                input_blob=folder, k=k, fit=fit)
         count = self.acceptor.accept(job, shards, spec, self._resources(m, spec.definition), bound)
         return Outcome(job_id, "accepted", count)
 

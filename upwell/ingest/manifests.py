@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from upwell.after.spec import JOB_REF, NotifySpec, ReduceSpec
 from upwell.documents import parse_document
@@ -24,6 +24,7 @@ from upwell.errors import InputRejected
 from upwell.payloads import params as payload_params
 from upwell.payloads.registry import Registry, builtins
 
+MAX_POINTS_PER_ITEM = 10_000  # a block's points also fit a work item and a table property (upwell.ingest.blocks)
 PAYLOAD_REF = r"[a-z][a-z0-9-]{0,62}(@[0-9A-Za-z][0-9A-Za-z.+-]{0,63})?"
 
 
@@ -69,6 +70,9 @@ class Manifest(BaseModel):
     max_concurrency: int = Field(0, ge=0, le=100_000)  # running shards at once; 0: no cap of its own
     owner: str = Field("", max_length=200)  # who pays: else the uploader's identity, else "unknown"
     project: str = Field("", max_length=200)  # else UPWELL_PROJECT
+    # grid points one work item carries and runs in turn (upwell.ingest.blocks); "auto": enough points that an
+    # item runs about UPWELL_BLOCK_TARGET_S by the estimate, at most UPWELL_BLOCK_MAX; 1: a point per item
+    points_per_item: int | Literal["auto"] = Field(1, description="grid points per work item, or 'auto'")
     max_wall_clock_s: float | None = Field(None, gt=0, le=90 * 24 * 3600)  # the job's kill switch
     max_shard_wall_clock_s: float | None = Field(None, gt=0, le=30 * 24 * 3600)  # one attempt's
     after: str = Field("", pattern=r"^(|" + JOB_REF[1:-1] + r")$")  # start once that job (id or name) succeeds
@@ -84,6 +88,24 @@ class Manifest(BaseModel):
         if not re.fullmatch(PAYLOAD_REF, v) or v.split("@", 1)[0] not in known:
             raise ValueError(f"unknown payload {v!r}; registered: {sorted(known)}")
         return v
+
+    @field_validator("points_per_item", mode="before")
+    @classmethod
+    def _points_per_item(cls, v: Any) -> Any:
+        """A whole number from 1 to ``MAX_POINTS_PER_ITEM``, or "auto" (not a bool, not a float)."""
+        if v == "auto":
+            return v
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_POINTS_PER_ITEM:
+            raise ValueError(f"points_per_item must be a whole number from 1 to {MAX_POINTS_PER_ITEM}, or 'auto'; "
+                             f"got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _blocks_of_a_grid(self) -> Manifest:
+        if self.points_per_item != 1 and self.data:
+            raise ValueError("points_per_item applies to a grid's points; data blobs are sharded by shard.rows, "
+                             "shard.bytes or whole_files")
+        return self
 
     @field_validator("grid")
     @classmethod
