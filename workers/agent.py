@@ -40,11 +40,10 @@ from upwell.verdict import (
     decide_claim,
     decide_delivery,
 )
-from workers import eviction
+from workers import blocks, eviction
 from workers.agent_config import AgentConfig
 from workers.delivery import Hand, gather
 from workers.jobrows import JobRows
-from workers.launch import run_payload
 from workers.leasing import LeaseLoop
 from workers.node import Node, heartbeat
 from workers.settle import Settler
@@ -150,10 +149,11 @@ class Agent:
                      resume: Path | None) -> tuple[LaunchResult, AttemptResult]:
         """Run the payload, renewing the lease and watching for a cancel; keep its log; how it ended."""
         item, watch = hand.item, CancelWatch(self.ledger, hand.item.job_id, self.stop, rows=self.jobs)
-        result = run_payload(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
-                             on_tick=watch.ticker(self.node.ticking(hand.lease.renew)), ranks=self.config.ranks or None,
-                             definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
-                             clock=self.clock, apptainer=self.config.apptainer)
+        launch = blocks.launcher(item, self.staging)  # a block's points run in turn, each as one item would
+        result = launch(item, root / "work", input_path=input_path, resume_dir=resume, stop=watch,
+                        on_tick=watch.ticker(self.node.ticking(hand.lease.renew)), ranks=self.config.ranks or None,
+                        definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
+                        clock=self.clock, apptainer=self.config.apptainer)
         self.staging.keep_log(item, result)
         ended = AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
                               stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),

@@ -81,7 +81,17 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
         "error": error,
         "stderr_tail": (stderr_tail or getattr(launch, "stderr_tail", "") or "")[-4000:] if status != "succeeded"
         else "",
+        **({"points": block_points(item, launch, status, error)} if item.points else {}),
     }
+
+
+def block_points(item: WorkItem, launch, status: str, error: str) -> list[dict]:
+    """A block's points for its result (workers.blocks): each point's entry where it ran, else its parameters
+    and the block's outcome (a block poisoned before it ran, or cancelled, lists every point all the same)."""
+    ran = {int(e["point"]): e for e in getattr(launch, "points", None) or [] if isinstance(e, dict)}
+    return [ran.get(j) or {"point": j, "params": {**item.params, **p}, "status": "not run" if status == "succeeded"
+                           else status, "error": error, "metrics": {}, "artifacts": {}}
+            for j, p in enumerate(item.points)]
 
 
 def _nodes(item: WorkItem) -> int:

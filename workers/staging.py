@@ -150,6 +150,14 @@ class Staging:
         self.log.info("agent.checkpoint_out", files=len(files), uploaded=uploaded, deleted=len(stored))
         return len(files)
 
+    def save_file(self, item: WorkItem, path: Path) -> None:
+        """One file of the shard's checkpoint (a block's state between its points, workers.blocks), stored as
+        ``checkpoint_out`` stores it: its sha256 in the metadata, so the next ``checkpoint_out`` skips it
+        unless it changed. One blob write."""
+        with open(path, "rb") as fh:
+            self.storage.for_project(item.project).write(f"{item.checkpoint_prefix}{safe_name(Path(path).name)}", fh,
+                                                           metadata={"sha256": _sha256(Path(path))})
+
     def stage_out(self, item: WorkItem, artifacts, out_dir: Path) -> dict[str, str]:
         """Upload each artifact that is a regular file inside ``out_dir``; name -> blob."""
         out = {}

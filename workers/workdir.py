@@ -48,6 +48,7 @@ class LaunchResult:
         self.cpu_s, self.max_rss_mb = outcome.cpu_s, outcome.max_rss_mb
         return self
     checkpoint_note: str = ""  # why a checkpoint that was there was not resumed from (workers.checkpoints)
+    points: list[dict[str, Any]] = field(default_factory=list)  # a block's: each point's entry (workers.blocks)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
