@@ -274,6 +274,7 @@ class ShardRow(_Row):
     cancelled_at: str = ""
     reruns: int = 0
     points: str = ""  # a block's points: JSON list of each point's own values over ``params`` ("": one point)
+    points_failed: str = ""  # a block's points that failed, by index, comma-separated (collect writes it)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""
     etag: str = ""

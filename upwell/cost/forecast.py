@@ -124,7 +124,9 @@ def learn(ledger: Ledger, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) 
             if row.status != ShardState.SUCCEEDED:
                 continue
             nodes = max(int(job.nodes or 1), 1)
-            seconds = row.paid_seconds / nodes  # one node's: the estimate multiplies by the nodes again
+            # one node's (the estimate multiplies by the nodes again), and one point's: a block (upwell.ingest.blocks)
+            # ran point_count points, which the estimate counts one by one
+            seconds = row.paid_seconds / nodes / row.point_count
             if seconds > 0:
                 hist.add(size_key(row.params, job.ranks or 1, job.gpus, nodes), seconds)
     return hist

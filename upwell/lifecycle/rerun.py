@@ -85,7 +85,8 @@ def _item(job: JobRow, shard: ShardRow) -> WorkItem:
                     payload_version=job.payload_version, payload_sha256=job.payload_sha256,
                     input_blob=shard.input_blob or None, input_range=json.loads(shard.input_range or "null"),
                     checkpoint_prefix=f"{names.CHECKPOINTS}/{job_id}/{sid}/",
-                    result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=job.ranks or 1, gpus=job.gpus)
+                    result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=job.ranks or 1, gpus=job.gpus,
+                    points=shard.block())  # a block's points run again (upwell.ingest.blocks)
 
 
 def _forget_result(storage: Storage, job_id: str, shard_id: str, *, keep_checkpoint: bool) -> None:

@@ -16,6 +16,7 @@ from upwell import names
 from upwell.access.principal import Caller
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.ops.jobapi import JobAPI
+from upwell.results import points
 from upwell.results.status import counts, holders, shard_page
 from upwell.scalelog import DecisionRow, ScalingLog
 from upwell.storage import Storage
@@ -70,7 +71,8 @@ def job_line(job: JobRow, shards: list[ShardRow] | None, now: datetime) -> dict[
             "created_at": job.created_at, "finished_at": job.finished_at,
             "message": job.message, "reported": job.reported,
             "report": f"reports/{job.job_id}/index.html" if job.reported else None,
-            "notify_failed": str((job.extra or {}).get("notify_failed") or "") or None}  # upwell.after.notify
+            "notify_failed": str((job.extra or {}).get("notify_failed") or "") or None,  # upwell.after.notify
+            "points": points.progress(job)}  # a job of blocks: points done of points total
     if shards is not None:
         line["running"] = sum(1 for s in shards if s.status == ShardState.RUNNING)
         line["recoveries"] = sum(s.preemptions + s.failures for s in shards)
@@ -200,11 +202,12 @@ def job_detail(api: JobAPI, job_id: str, after: str = "") -> dict[str, Any] | No
     line["counts"] = counts(job, sum(len(v) for v in holders(storage, job).values()))
     line["next"] = following
     line["estimate_basis"] = job.estimate_basis
+    shards = [p for s in shards for p in points.expand_row(s)]  # a block's row as its points' rows
     line["shards"] = [{"shard_id": s.shard_id, "status": s.status.value, "node": s.node, "attempts": s.attempts,
                        "preemptions": s.preemptions, "failures": s.failures, "node_seconds": s.paid_seconds,
                        "cost_usd": s.cost_usd, "cpu_s": s.cpu_s or None, "max_rss_mb": s.max_rss_mb or None,
-                       "log": f"jobs/{job_id}/shards/{s.shard_id}/log" if s.attempts or s.terminal else None,
-                       "error": s.error[:300]}
+                       "log": f"jobs/{job_id}/shards/{points.block_of(s.shard_id)}/log" if s.attempts or s.terminal
+                       else None, "error": s.error[:300]}
                       for s in shards]
     return line
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from upwell import cost, logs, names
 from upwell.errors import ConfigError, NotFound
 from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
+from upwell.results import points
 from upwell.storage import Storage
 
 RESULT_NAME = re.compile(r"^(?P<job>[^/]+)/(?P<shard>[^/]+)\.json$")
@@ -93,6 +94,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
               "result_blob": f"{names.RESULTS}/{name}", **_usage(t)}
     if doc.get("poisoned"):
         fields["poisoned"] = True
+    if (failed_points := points.failed_points(doc)) is not None:  # a block's (upwell.results.points)
+        fields["points_failed"] = failed_points
     if (doc.get("node") or {}).get("id"):
         fields["node"] = doc["node"]["id"]
     fields["cost_usd"] = shard_cost(doc, job)

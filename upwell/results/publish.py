@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from upwell import logs, names
 from upwell.errors import NotFound
 from upwell.ledger import TERMINAL_JOB, JobRow, JobState, Ledger, ShardRow
+from upwell.results import points
 from upwell.scalelog import ScalingLog
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -44,6 +45,7 @@ def gather(storage: Storage, ledger: Ledger, job_id: str) -> tuple[JobRow, list[
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="report-read") as pool:
         results = [doc for doc in pool.map(lambda name: _result(storage, name), wanted) if doc is not None]
     events = scale_events(storage, job)
+    shards, results = points.expand(shards, results)  # a block's result as its points (upwell.results.points)
     return job, shards, results, events
 
 

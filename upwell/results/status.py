@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from upwell.after.view import after_view
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow
 from upwell.nodelog import NodeLog
+from upwell.results import points
 from upwell.storage import Storage
 
 JOB_FIELDS = ("name", "status", "payload", "pool", "shards_total", "shards_done", "shards_failed", "spent_usd",
@@ -62,6 +63,8 @@ def job_status(storage: Storage, job_id: str, ledger: Ledger | None = None) -> d
     held = holders(storage, job) if job.status != JobState.REJECTED else {}
     out = {"job_id": job_id, **_fields(job), "shards": counts(job, sum(len(v) for v in held.values())),
            "workers": sorted(held)}
+    if (done := points.progress(job)) is not None:  # a job of blocks: points done of points total
+        out["points"] = done
     out["failures"] = [{"shard": s.shard_id, "error": s.error} for s in _failed(ledger, job)]
     out.update(after_view(ledger, job))  # its chain, analysis and notifications (upwell.after)
     return out
