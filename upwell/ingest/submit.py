@@ -102,8 +102,7 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
         shards = _data_shards(storage, name, m, uploading, settings)
         points = points[:1] * (shards or 0)
     else:
-        points = manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition)
-        shards = len(points)
+        points, shards = _grid(m, settings, definition)
     price_key = settings.pools[pool].price_key
     e = _estimate(storage, definition.name if definition else split_ref(m.payload)[0], m, pool, points, settings,
                   resources)
@@ -112,6 +111,22 @@ def _plan(storage: Storage | None, local: Path, name: str, uploading: dict[str, 
                             f"{price_key}) exceeds the budget ${m.budget_usd:.2f}", field="budget_usd")
     return Plan(name, m.payload, pool, shards, e.node_seconds, e.usd, price_key, m.spot, m.budget_usd,
                 resources.nodes, e.usd_low, e.usd_high, e.basis)
+
+
+def _grid(m, settings, definition) -> tuple[list[dict], int]:
+    """A grid's points (each priced) and its work items, as ingest makes them: one per point, or one per block of
+    ``points_per_item`` (upwell.ingest.blocks; a block that cannot fit is refused here as at ingest)."""
+    from upwell.ingest import blocks, manifests
+    from upwell.ingest.fanout import GridShards
+    from upwell.payloads.registry import Registry
+
+    k, fit = blocks.size_for(m, settings.block_target_s, settings.block_max)
+    if k == 1:
+        points = manifests.grid_points(m, settings.max_shards, settings.max_param_bytes, definition)
+        return points, len(points)
+    grid = GridShards(m, settings.max_shards, settings.max_param_bytes,
+                      definition or Registry().resolve(m.payload).definition, k=k, fit=fit)
+    return [{**shard[1], **own} for shard in grid for own in shard[5]], len(grid)
 
 
 def _check_shape(name: str, m, definition, pool: str, settings):
