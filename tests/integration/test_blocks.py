@@ -6,13 +6,16 @@ with their errors, the succeeded ones with their metrics."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import yaml
 
 from upwell import names
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
+from upwell.ops.dashboard import job_line
 from upwell.results.collect import collect
+from upwell.results.points import expand_row
 from upwell.results.publish import publish
 from upwell.results.status import job_status
 from upwell.settings import Settings
@@ -53,6 +56,12 @@ def test_a_sweep_in_blocks_is_run_point_by_point_and_reported_with_a_row_per_poi
     assert second["status"] == "failed" and second["poisoned"]
     assert [e["status"] for e in second["points"]] == ["succeeded", "failed", "failed"]
 
+    # the dashboard's job view reads rows only: the block's failed points are on its row (collect wrote them)
+    viewed = [p for r in sorted(ledger.shards(job_id), key=lambda r: r.shard_id) for p in expand_row(r)]
+    assert [(p.shard_id, p.status.value) for p in viewed[3:]] == [
+        ("s00001.p0", "succeeded"), ("s00001.p1", "failed"), ("s00001.p2", "failed")]
+    assert viewed[4].parameters() == {"steps": 20, "burn_in": 0, "fail_first_attempts": 100, "r": 3.2}
+    assert job_line(ledger.job(job_id), None, datetime.now(UTC))["points"]["total"] == 6
     status = job_status(store, job_id, ledger)
     assert status["status"] == "partially_failed" and status["points"] == {"total": 6, "done": 6, "per_item": 3}
     assert publish(store, job_id, ledger).built

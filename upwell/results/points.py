@@ -81,13 +81,22 @@ def expand_row(row: ShardRow, points: dict[int, dict] | None = None) -> list[Sha
     out = []
     for j, own in enumerate(block):
         doc = (points or {}).get(j)
-        status = ShardState(doc["status"]) if doc else (ShardState.FAILED if j in failed else row.status)
+        status = ShardState(doc["status"]) if doc else _status(row, j, failed)
         out.append(dataclasses.replace(
             row, shard_id=point_id(row.shard_id, j), params=json.dumps({**shared, **own}, sort_keys=True), points="",
-            status=status, error=(doc or {}).get("error", row.error) or "", node_seconds=row.node_seconds / n,
+            status=status, error=(doc or {}).get("error", row.error if status == ShardState.FAILED else "") or "",
+            node_seconds=row.node_seconds / n,
             preempted_node_seconds=row.preempted_node_seconds / n, failed_node_seconds=row.failed_node_seconds / n,
             cost_usd=row.cost_usd / n if row.cost_usd is not None else None))
     return out
+
+
+def _status(row: ShardRow, j: int, failed: set[int]) -> ShardState:
+    """Point ``j``'s state from its block's row alone: a failed block's points not among those collect recorded
+    failed had succeeded; otherwise the block's state."""
+    if row.status == ShardState.FAILED and failed:
+        return ShardState.FAILED if j in failed else ShardState.SUCCEEDED
+    return row.status
 
 
 def progress(job: JobRow) -> dict[str, Any] | None:

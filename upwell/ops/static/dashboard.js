@@ -58,7 +58,7 @@
       <td><a class="job" data-open="${esc(j.job_id)}">${esc(j.name || j.job_id)}</a><div class="muted mono">${esc(j.job_id)}</div></td>
       <td class="state">${pill(j.state)}${j.message ? `<div class="muted">${esc(j.message)}</div>` : ""}${j.notify_failed ? `<div class="st-failed">${esc(j.notify_failed)}</div>` : ""}</td>
       <td><span class="bar"><span style="width:${Math.round(100 * j.progress)}%"></span></span>
-        ${j.shards_finished}/${j.shards_total}${j.shards_failed ? ` <span class="st-failed pill">${j.shards_failed} failed</span>` : ""}</td>
+        ${j.shards_finished}/${j.shards_total}${j.shards_failed ? ` <span class="st-failed pill">${j.shards_failed} failed</span>` : ""}${j.points ? `<div class="muted">${j.points.done}/${j.points.total} points</div>` : ""}</td>
       <td class="n">${usd(j.spent_usd)}</td><td class="n">${usd(j.estimate_usd)}</td><td class="n">${dur(j.eta_s)}</td>
       <td class="n">${j.recoveries == null ? "—" : j.recoveries}</td><td>${esc(j.pool)}</td>
       <td>${esc(j.owner)}<div class="muted">${esc(j.project)}</div></td>
@@ -132,7 +132,7 @@
   function drawDetail(d) {
     $("#job-detail").hidden = false;
     $("#detail-id").textContent = d.job_id;
-    setHTML($("#detail-summary"), `${pill(d.state)} ${esc(d.name)} · ${d.shards_finished}/${d.shards_total} shards ·
+    setHTML($("#detail-summary"), `${pill(d.state)} ${esc(d.name)} · ${d.shards_finished}/${d.shards_total} shards${d.points ? ` (${d.points.done}/${d.points.total} points, ${d.points.per_item} a shard)` : ""} ·
       cost so far ${usd(d.spent_usd)} of estimate ${usd(d.estimate_usd)} ${d.estimate_basis ? `<span class="muted">(${esc(d.estimate_basis)})</span>` : ""}
       · recoveries ${d.recoveries ?? "—"} · ETA ${dur(d.eta_s)}
       ${d.report ? ` · <a id="detail-report" href="${esc(withKey(base + "/" + d.report))}">open the report</a>` : ""}`);
