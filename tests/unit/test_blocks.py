@@ -242,3 +242,31 @@ def test_a_block_poisoned_before_it_ran_still_lists_every_point():
     listed = block_points(block(3), None, "failed", "unusable input")
     assert [(e["point"], e["status"], e["params"]["r"]) for e in listed] == [(0, "failed", 0.0), (1, "failed", 1.0),
                                                                            (2, "failed", 2.0)]
+
+
+# -- reading a block's result as its points -------------------------------------------------------------------------
+
+def test_a_block_result_and_row_expand_into_points_with_their_own_status_params_and_share_of_node_time():
+    from upwell.results.points import expand, progress
+    from upwell.rows import JobRow, ShardRow, ShardState
+
+    doc = {"shard_id": "s00002", "status": "succeeded", "params": {"steps": 50}, "node": {"id": "n1"},
+           "timings": {"node_seconds": 4.0, "started": "a", "finished": "b"},
+           "points": [{"point": 0, "params": {"steps": 50, "r": 1.0}, "status": "succeeded", "run_s": 3.0,
+                       "metrics": {"m": 1}},
+                      {"point": 1, "params": {"steps": 50, "r": 2.0}, "status": "failed", "run_s": 1.0,
+                       "error": "exit code 1", "log_tail": "boom"}]}
+    row = ShardRow(job_id="j", shard_id="s00002", status=ShardState.SUCCEEDED, params='{"steps": 50}',
+                   points='[{"r": 1.0}, {"r": 2.0}]', node_seconds=4.0)
+    plain = ShardRow(job_id="j", shard_id="s00003", status=ShardState.QUEUED, params='{"r": 9}')
+    rows, docs = expand([row, plain], [doc])
+    assert [(r.shard_id, r.status.value, r.parameters()["r"]) for r in rows] == [
+        ("s00002.p0", "succeeded", 1.0), ("s00002.p1", "failed", 2.0), ("s00003", "queued", 9)]
+    assert [(d["shard_id"], d["status"], d["timings"]["node_seconds"]) for d in docs] == [
+        ("s00002.p0", "succeeded", 3.0), ("s00002.p1", "failed", 1.0)]
+    assert docs[1]["error"] == "exit code 1" and docs[1]["stderr_tail"] == "boom" and docs[0]["metrics"] == {"m": 1}
+    job = JobRow(job_id="j", shards_total=3, shards_done=1, points_total=40, points_per_item=16)
+    assert progress(job) == {"total": 40, "done": 16, "per_item": 16}
+    ended = JobRow(job_id="j", shards_total=3, shards_done=3, points_total=40, points_per_item=16)
+    assert progress(ended)["done"] == 40  # the last block's 8, exact once the job ends
+    assert progress(JobRow(job_id="j", shards_total=3)) is None
