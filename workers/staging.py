@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import hashlib
+import json
 import re
 import shutil
 import tempfile
@@ -26,6 +27,7 @@ from typing import Any
 from upwell import names
 from upwell.errors import Conflict, NotFound, ShardSourceChanged, UpwellError
 from upwell.messages import WorkItem
+from upwell.results.points import expand_result
 from upwell.rows import ShardRow
 from upwell.shardref import ShardRef, normalize
 from upwell.storage import Storage
@@ -81,6 +83,8 @@ class Staging:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as fh:
                 self.storage.download(f"{container}/{b.name}", fh)
+            if len(parts) == 1:
+                as_points(path, dest)
         return dest
 
     def _ranged(self, item: WorkItem, ref: ShardRef, fh) -> None:
@@ -188,6 +192,24 @@ class Staging:
                 self.storage.for_project(item.project).write(f"{item.result_prefix}/payload.log", fh)
         except UpwellError as exc:
             self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200], code=exc.code)
+
+
+def as_points(path: Path, dest: Path) -> None:
+    """A block's result (workers.blocks) staged for a reduce as its points' results, ``<shard>.p<j>.json``, so a
+    reduce reads a sweep in blocks as it reads one of a point per shard (upwell.results.points); any other
+    result is left as it is."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    docs = expand_result(doc) if isinstance(doc, dict) else [doc]
+    if len(docs) == 1 and docs[0] is doc:
+        return
+    for one in docs:
+        target = _inside(dest, safe_name(f"{one['shard_id']}.json"))
+        if target is not None:
+            target.write_text(json.dumps(one, default=str))
+    path.unlink()
 
 
 def may_resume(row: ShardRow, etag: str) -> bool:

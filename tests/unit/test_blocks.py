@@ -270,3 +270,17 @@ def test_a_block_result_and_row_expand_into_points_with_their_own_status_params_
     ended = JobRow(job_id="j", shards_total=3, shards_done=3, points_total=40, points_per_item=16)
     assert progress(ended)["done"] == 40  # the last block's 8, exact once the job ends
     assert progress(JobRow(job_id="j", shards_total=3)) is None
+
+
+def test_a_reduce_stages_a_block_result_as_its_points_results(tmp_path):
+    from workers.staging import as_points
+
+    block_doc = {"shard_id": "s00000", "status": "succeeded", "timings": {},
+                 "points": [{"point": j, "params": {"nx": 10 * (j + 1)}, "status": "succeeded",
+                             "metrics": {"l2_error": 0.1 / (j + 1)}} for j in range(2)]}
+    (tmp_path / "s00000.json").write_text(json.dumps(block_doc))
+    (tmp_path / "s00001.json").write_text(json.dumps({"shard_id": "s00001", "status": "succeeded"}))
+    for name in ("s00000.json", "s00001.json"):
+        as_points(tmp_path / name, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s00000.p0.json", "s00000.p1.json", "s00001.json"]
+    assert json.loads((tmp_path / "s00000.p1.json").read_text())["params"] == {"nx": 20}
