@@ -132,7 +132,8 @@ class _Block:
         if r.log_path is not None and Path(r.log_path).is_file():
             with open(self.log, "ab") as out, open(r.log_path, "rb") as src:
                 shutil.copyfileobj(src, out)
-        self.last_tick = time.monotonic()  # a point that ran past a tick ticked inside the launcher
+        if r.run_s >= self.tick_s:  # a point that ran a tick or longer ticked inside the launcher
+            self.last_tick = time.monotonic()
 
     def keep_point(self, j: int, r: LaunchResult) -> None:
         """A point stopped part-way: its own checkpoint goes beside the block's state."""

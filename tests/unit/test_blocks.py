@@ -284,3 +284,21 @@ def test_a_reduce_stages_a_block_result_as_its_points_results(tmp_path):
         as_points(tmp_path / name, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s00000.p0.json", "s00000.p1.json", "s00001.json"]
     assert json.loads((tmp_path / "s00000.p1.json").read_text())["params"] == {"nx": 20}
+
+
+def test_short_points_still_renew_the_lease_and_see_a_cancel_once_a_tick(tmp_path, monkeypatch):
+    import workers.blocks as runner
+
+    clock = iter(float(i) for i in range(1000))  # one second a call: every point takes about a second
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    ticks, stop, store = [], threading.Event(), Saved(tmp_path / "stored")
+
+    def tick():
+        ticks.append(1)
+        if len(ticks) == 2:
+            stop.set()  # the second tick reads the job cancelled
+
+    one = run_block(block(8), tmp_path / "a", save=store.save, stage_out=store.stage_out, stop=stop, on_tick=tick,
+                    run_one=Launcher(), tick_s=2.0)
+    assert len(ticks) == 2 and one.status == "preempted"  # stopped at the next point, its checkpoint kept
+    assert 0 < sum(e["status"] == "succeeded" for e in one.points) < 8
