@@ -14,8 +14,9 @@ Failures, as a researcher of a sweep expects them (the same as a point per item,
 - the block's attempt then fails like a one-point shard's: the message comes back after the backoff and the next
   attempt runs only the points not yet succeeded, until the shard's failures reach ``maxDequeueCount``; then the
   block is poisoned and its result lists every point, succeeded ones with their outputs;
-- a point that exits 65 (unusable input) is not run again; a block whose only failures are such points fails at
-  once, as a one-point shard would (permanent).
+- a point that exits 65 (unusable input), or runs past ``max_shard_wall_clock_s`` (which applies to each point),
+  is not run again; a block whose only failures are such points fails at once, as a one-point shard would
+  (permanent).
 The block's one result document carries ``points``: one entry per point (``point_entry``), which
 ``upwell.results.points`` expands into point rows for the report and the views.
 
@@ -94,7 +95,8 @@ def point_entry(one: WorkItem, j: int, r: LaunchResult, outputs: dict[str, str],
     failed = r.status != "succeeded"
     return {"point": j, "params": one.params, "status": "succeeded" if not failed else "failed",
             "exit_code": r.exit_code, "metrics": r.metrics, "artifacts": outputs, "run_s": r.run_s,
-            "cpu_s": r.cpu_s, "max_rss_mb": r.max_rss_mb, "attempt": one.attempt, "permanent": r.permanent,
+            "cpu_s": r.cpu_s, "max_rss_mb": r.max_rss_mb, "attempt": one.attempt,
+            "permanent": r.permanent or r.timed_out,  # as a one-point shard's: not tried again
             "started": started, "finished": now_iso(), "timed_out": r.timed_out,
             "error": (f"exit code {r.exit_code}" + (" (timed out)" if r.timed_out else "")) if failed else "",
             "log_tail": _tail(r.log_path) if failed else ""}
@@ -169,7 +171,7 @@ class _Block:
             stderr_tail="\n".join(f"point p{e['point']}: {e.get('error')}\n{e.get('log_tail', '')[-500:]}"
                                   for e in failed)[-4000:],
             run_s=round(sum(r.run_s for r in runs), 3), log_path=self.log if self.log.is_file() else None,
-            timed_out=any(r.timed_out for r in runs), permanent=permanent,
+            permanent=permanent,  # a point past its wall clock is that point's failure, not the block's
             definition=dict(getattr(last, "definition", None) or {}),
             cpu_wait_s=sum(r.cpu_wait_s for r in runs))
         out.cpu_s = sum(r.cpu_s or 0.0 for r in runs) if runs else None
