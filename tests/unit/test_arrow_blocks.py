@@ -141,3 +141,35 @@ def test_pieces_cut_at_the_last_line_end_held(data, sizes):
             held = held[cut:]
         assert pieces.size == len(held)
     assert b"".join(out) + pieces.take_all() == data
+
+
+def test_a_quoted_record_with_newlines_is_never_split_by_a_range():
+    """From the block that holds a quote on, rows go through Python's csv module as copies: no range ends
+    inside the quoted record, and the ranges before it with the copies after it hold every row once."""
+    head = _drop(2000)
+    raw = head + b'7.5,1,"two\nlines, and a comma"\n8.5,2,z\n'
+    shards = list(shard_csv(_chunks(raw, 1000), source="t.csv", rows_per_shard=300, columns=COLUMNS, refs=True))
+    ranges = [s for s in shards if s.is_range]
+    assert ranges and all(s.offset + s.length <= len(head) for s in ranges)
+    assert [s.is_range for s in shards] == sorted((s.is_range for s in shards), reverse=True)
+    assert shards[-1].data.endswith(b'7.5,1,"two\nlines, and a comma"\n8.5,2,z\n')
+    assert sum(s.rows for s in shards) == 2002
+
+
+@pytest.mark.parametrize("encoding, is_range", [("utf-8-sig", True), ("utf-16", False)])
+def test_a_byte_order_mark_is_read_and_utf16_is_copied(encoding, is_range):
+    """UTF-8 with a BOM is read in place (the ranges start after the BOM and the header); UTF-16 is decoded and
+    its shards are copies, since no byte range of the original is UTF-8 text."""
+    raw = _drop(50).decode().encode(encoding)
+    shards = list(shard_csv(_chunks(raw, 64), source="t.csv", rows_per_shard=20, columns=COLUMNS, refs=True))
+    assert [s.rows for s in shards] == [20, 20, 10] and all(s.is_range == is_range for s in shards)
+    if is_range:
+        assert [(s.offset, s.length, s.rows, s.first_row) for s in shards] == _reference(raw, 20)
+    else:
+        assert b"".join(s.data for s in shards).startswith(b"t,n,label\n0.25,-500,s0\n")
+
+
+def test_utf16_without_a_byte_order_mark_is_a_named_error():
+    with pytest.raises(InputRejected) as err:
+        list(shard_csv([_drop(5).decode().encode("utf-16-le")], source="t.csv", columns=COLUMNS, refs=True))
+    assert err.value.field == "encoding" and "UTF-16 text without a byte-order mark" in err.value.message
