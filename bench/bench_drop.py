@@ -11,7 +11,8 @@ away), and ingests a fresh upload of it (validate, shard, ledger rows, work item
   The CPU seconds of each are recorded too, this process's (``cpu_s``) and Azurite's (``azurite_cpu_s``): on
   a machine busy with other work the wall clock tends to the CPU seconds, so ``cpu_ratio`` (plain ÷ ingest,
   both processes counted) is what the wall-clock ratio becomes under full load; ``load`` is the 1-minute
-  load average at each step;
+  load average at each step. Each step starts once Azurite is idle again (``settle``): after a 1 GB upload it
+  works on for seconds, which would otherwise be billed to whichever step came next;
 - peak RSS of the child, 1 GB ÷ 100 MB (goal ≤ 1.2), and its rise over the RSS before the first ingest;
 - bytes written by ingest ÷ input: every request body the ingest sent (blobs, table rows, queue messages)
   over the blob's size (goal ≤ 0.01).
@@ -108,6 +109,17 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def settle(pid: int, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
+    """Wait until Azurite has finished the work an upload leaves behind (it spent under 5% of a core over the
+    last ``quiet_s``), so that it is not billed to the step measured next; at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = tree_cpu(pid)
+        time.sleep(quiet_s)
+        if tree_cpu(pid) - before < 0.05 * quiet_s:
+            return
+
+
 def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
     """In its own process: plain download and ingest, in turn, ``repeat`` times; the figures."""
     from upwell.ingest.ingestor import Ingestor
@@ -122,12 +134,14 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
         name = f"benchdrop/{source.stem}-{r}-{time.time_ns()}.csv"
         with open(source, "rb") as fh:
             store.blob(names.INCOMING, name).upload_blob(fh, max_concurrency=4)
+        settle(azurite_pid)
         load.append(os.getloadavg()[0])
         t, c, a = time.perf_counter(), time.process_time(), tree_cpu(azurite_pid)
         size = sum(len(c) for c in store.chunks(f"{names.INCOMING}/{name}"))
         plain.append(time.perf_counter() - t)
         cpu["plain"].append(time.process_time() - c)
         az["plain"].append(tree_cpu(azurite_pid) - a)
+        settle(azurite_pid)
         with BodyMeter() as meter:
             t, c, a = time.perf_counter(), time.process_time(), tree_cpu(azurite_pid)
             out = ingestor.ingest(name)

@@ -24,7 +24,10 @@ _PATTERNS = {"float": r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)
              "int": r"^[+-]?[0-9]+$"}
 _CASTS = {"float": float, "int": int, "str": str}
 FIELD_LIMIT = 131072  # csv.field_size_limit(): the row-by-row reader refuses longer fields
-_ARROW_BLOCK = 1 << 20  # Arrow's block size: a 4 MiB block is parsed as four, on every core
+# Arrow's block size (its default): pyarrow.csv.ReadOptions documents that block_size "will determine
+# multi-threading granularity", each block parsed and each column converted on its own thread of Arrow's CPU pool
+# (use_threads, default True), so a 4 MiB block is parsed as four, on every core. A row must fit in one block.
+_ARROW_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Lines:
     ends: np.ndarray
     rows: np.ndarray
     count: int  # lines in the block, blank ones included (rows advance by this much)
-    line_ends: np.ndarray | None = None
+    line_ends: np.ndarray
 
 
 def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> Lines:
