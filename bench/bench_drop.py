@@ -6,8 +6,13 @@ by a pipeline rule (4 typed float columns, 100,000-row shards). A child process 
 peak RSS) then, ``--repeat`` times in turn: downloads the blob plainly (the same SDK download, chunks thrown
 away), and ingests a fresh upload of it (validate, shard, ledger rows, work items). Figures:
 
-- ingest ÷ plain download: the best seconds of each (goal ≥ 0.9); the CPU seconds of each are recorded too
-  (``cpu_s``), which a busy machine disturbs less than the wall clock;
+- ingest ÷ plain download (goal ≥ 0.9): each download is paired with the ingest that follows it, so both see
+  the same load, and the ratio is the median of the pairs' ratios (the best seconds of each: ``best_ratio``).
+  The CPU seconds of each are recorded too, this process's (``cpu_s``) and Azurite's (``azurite_cpu_s``): on
+  a machine busy with other work the wall clock tends to the CPU seconds, so ``cpu_ratio`` (plain ÷ ingest,
+  both processes counted) is what the wall-clock ratio becomes under full load; ``load`` is the 1-minute
+  load average at each step. Each step starts once Azurite is idle again (``settle``): after a 1 GB upload it
+  works on for seconds, which would otherwise be billed to whichever step came next;
 - peak RSS of the child, 1 GB ÷ 100 MB (goal ≤ 1.2), and its rise over the RSS before the first ingest;
 - bytes written by ingest ÷ input: every request body the ingest sent (blobs, table rows, queue messages)
   over the blob's size (goal ≤ 0.01).
@@ -21,6 +26,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,7 +88,39 @@ class BodyMeter:
         HTTPAdapter.send = self._send
 
 
-def child(conn: str, source: Path, repeat: int) -> dict:
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its descendants, from /proc (Azurite's node)."""
+    parents, own = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+        own[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += own.get(p, 0.0)
+        todo += parents.get(p, [])
+    return total
+
+
+def settle(pid: int, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
+    """Wait until Azurite has finished the work an upload leaves behind (it spent under 5% of a core over the
+    last ``quiet_s``), so that it is not billed to the step measured next; at most ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = tree_cpu(pid)
+        time.sleep(quiet_s)
+        if tree_cpu(pid) - before < 0.05 * quiet_s:
+            return
+
+
+def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
     """In its own process: plain download and ingest, in turn, ``repeat`` times; the figures."""
     from upwell.ingest.ingestor import Ingestor
     from upwell.settings import Settings
@@ -91,45 +129,57 @@ def child(conn: str, source: Path, repeat: int) -> dict:
     ingestor = Ingestor(store, Settings())
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     plain, ingest, written, shards, cpu = [], [], [], 0, {"plain": [], "ingest": []}
+    az, load = {"plain": [], "ingest": []}, []
     for r in range(repeat):
         name = f"benchdrop/{source.stem}-{r}-{time.time_ns()}.csv"
         with open(source, "rb") as fh:
             store.blob(names.INCOMING, name).upload_blob(fh, max_concurrency=4)
-        t, c = time.perf_counter(), time.process_time()
+        settle(azurite_pid)
+        load.append(os.getloadavg()[0])
+        t, c, a = time.perf_counter(), time.process_time(), tree_cpu(azurite_pid)
         size = sum(len(c) for c in store.chunks(f"{names.INCOMING}/{name}"))
         plain.append(time.perf_counter() - t)
         cpu["plain"].append(time.process_time() - c)
+        az["plain"].append(tree_cpu(azurite_pid) - a)
+        settle(azurite_pid)
         with BodyMeter() as meter:
-            t, c = time.perf_counter(), time.process_time()
+            t, c, a = time.perf_counter(), time.process_time(), tree_cpu(azurite_pid)
             out = ingestor.ingest(name)
             ingest.append(time.perf_counter() - t)
             cpu["ingest"].append(time.process_time() - c)
+            az["ingest"].append(tree_cpu(azurite_pid) - a)
+        load.append(os.getloadavg()[0])
         if out.status != "accepted":
             raise SystemExit(f"ingest of {name}: {out.status}: {out.message}")
         written.append(meter.bytes)
         shards = out.shards
     return {"bytes": size, "plain_s": plain, "ingest_s": ingest, "written_bytes": written, "shards": shards,
-            "cpu_s": cpu,
+            "cpu_s": cpu, "azurite_cpu_s": az, "load": load,
             "rss_before_kb": rss_before, "rss_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
-def run_size(conn: str, folder: Path, mb: int, repeat: int) -> dict:
+def run_size(conn: str, folder: Path, mb: int, repeat: int, azurite_pid: int) -> dict:
     source = folder / f"drop-{mb}mb.csv"
     generate(source, mb)
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", conn, str(source), str(repeat)], check=True,
+        done = subprocess.run([sys.executable, __file__, "--child", conn, str(source), str(repeat),
+                               str(azurite_pid)], check=True,
                               capture_output=True, text=True, cwd=HERE.parent,
                               env={**os.environ, "PYTHONPATH": str(HERE.parent)})
     finally:
         source.unlink()
     f = json.loads(done.stdout.strip().splitlines()[-1])
-    f.update(mb=mb, ratio=min(f["plain_s"]) / min(f["ingest_s"]), written_ratio=max(f["written_bytes"]) / f["bytes"])
+    pairs = [p / i for p, i in zip(f["plain_s"], f["ingest_s"], strict=True)]
+    cpu = [(f["cpu_s"][k][r] + f["azurite_cpu_s"][k][r] for k in ("plain", "ingest")) for r in range(repeat)]
+    f.update(mb=mb, pair_ratios=pairs, ratio=statistics.median(pairs),
+             best_ratio=min(f["plain_s"]) / min(f["ingest_s"]),
+             cpu_ratio=statistics.median(p / i for p, i in cpu), written_ratio=max(f["written_bytes"]) / f["bytes"])
     return f
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]))))
+        print(json.dumps(child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="100,1000", help="drop sizes in MB, the small one first")
@@ -144,11 +194,14 @@ def main() -> None:
         store = Storage(az.connection_string)
         store.ensure()
         store.write(f"{names.PIPELINES}/benchdrop.yaml", RULE)
-        runs = [run_size(az.connection_string, Path(tmp), mb, args.repeat) for mb in sizes]
+        runs = [run_size(az.connection_string, Path(tmp), mb, args.repeat, az.process.pid) for mb in sizes]
     for f in runs:
         each = ", ".join(f"{s:.2f}" for s in f["ingest_s"])
+        pairs = ", ".join(f"{r:.2f}" for r in f["pair_ratios"])
         print(f"drop {f['mb']:>5} MB  ingest {min(f['ingest_s']):6.2f} s (runs {each})"
-              f"  plain download {min(f['plain_s']):6.2f} s  ratio {f['ratio']:.3f}  peak RSS "
+              f"  plain download {min(f['plain_s']):6.2f} s  ratio {f['ratio']:.3f} (pairs {pairs}; best "
+              f"{f['best_ratio']:.3f}; CPU {f['cpu_ratio']:.3f}; load {min(f['load']):.1f}-{max(f['load']):.1f})"
+              "  peak RSS "
               f"{f['rss_peak_kb'] / 1024:.0f} MB (+{(f['rss_peak_kb'] - f['rss_before_kb']) / 1024:.0f})  "
               f"written {max(f['written_bytes']):,} B ({f['written_ratio']:.5f} of input), {f['shards']} shards")
     rss = runs[-1]["rss_peak_kb"] / runs[0]["rss_peak_kb"]

@@ -12,6 +12,7 @@ the set of accepted values is exactly the row-by-row reader's.
 from __future__ import annotations
 
 import io
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,10 @@ _PATTERNS = {"float": r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)
              "int": r"^[+-]?[0-9]+$"}
 _CASTS = {"float": float, "int": int, "str": str}
 FIELD_LIMIT = 131072  # csv.field_size_limit(): the row-by-row reader refuses longer fields
+# Arrow's block size (its default): pyarrow.csv.ReadOptions documents that block_size "will determine
+# multi-threading granularity", each block parsed and each column converted on its own thread of Arrow's CPU pool
+# (use_threads, default True), so a 4 MiB block is parsed as four, on every core. A row must fit in one block.
+_ARROW_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -39,16 +44,23 @@ class Layout:
 
 @dataclass(frozen=True)
 class Lines:
-    """A checked block: ``data`` holds its non-blank lines; ``ends`` their end offsets; ``rows`` their row numbers."""
+    """A checked block: ``data`` holds its non-blank lines; ``ends`` their end offsets; ``rows`` their row numbers;
+    ``line_ends`` where every line of the block as given ends (blank ones included), past its LF."""
 
     data: bytes
     ends: np.ndarray
     rows: np.ndarray
     count: int  # lines in the block, blank ones included (rows advance by this much)
+    line_ends: np.ndarray
 
 
 def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> Lines:
-    """Validate ``block`` (see the module docstring); its first line is row ``first_row``."""
+    """Validate ``block`` (see the module docstring); its first line is row ``first_row``.
+
+    Arrow's typed parse of the block runs in a thread (it leaves the GIL) while numpy finds the line ends
+    here, so the two overlap; a block with a line too long for Arrow's default block size is parsed again
+    with a block size that fits it."""
+    typed = _checker().submit(_typed_ok, block, layout, 0) if _typed_candidate(block, layout) else None
     arr = np.frombuffer(block, dtype=np.uint8)
     nl = np.flatnonzero(arr == 10)
     starts = np.empty_like(nl)
@@ -60,7 +72,7 @@ def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> 
     longest = int(lens.max(initial=0))
     keep = np.flatnonzero(~blank)
     table, bad = None, None
-    if len(keep) and _typed_ok(block, layout, longest):
+    if len(keep) and _typed_result(typed, block, layout, longest):
         pass  # every row has the header's width and every typed value is one Python accepts
     elif len(keep):
         try:  # Arrow refuses a row with another field count; only then are the rows counted here
@@ -76,16 +88,40 @@ def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> 
         raise InputRejected(f"{layout.source}: row {first_row + bad} has {int(fields[bad])} fields; the header "
                             f"has {layout.width}", field="row", row=first_row + bad, source=layout.source)
     fix = _missing_rows(table, layout) if table is not None and layout.missing else None
+    line_ends = nl + 1
     if fix is not None and len(fix):
-        return _rewrite(block, nl, blank, first_row, layout, set(keep[fix].tolist()))
+        return _rewrite(block, nl, blank, first_row, layout, set(keep[fix].tolist()), line_ends)
     if blank.any():
         nonblank = ~blank
         data = b"".join(block[s:e + 1] for s, e in _runs(starts, nl, nonblank))
         ends = np.cumsum(lens[nonblank] + 1)
         rows = first_row + np.flatnonzero(nonblank)
     else:
-        data, ends, rows = block, nl + 1, first_row + np.arange(len(nl))
-    return Lines(data, ends, rows, len(nl))
+        data, ends, rows = block, line_ends, first_row + np.arange(len(nl))
+    return Lines(data, ends, rows, len(nl), line_ends)
+
+
+_CHECKER: ThreadPoolExecutor | None = None
+
+
+def _checker() -> ThreadPoolExecutor:
+    """The threads that run Arrow's typed parse beside their callers (made on first use); one per ingest
+    the host runs at once, up to four (each parse uses every core already)."""
+    global _CHECKER
+    if _CHECKER is None:
+        _CHECKER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="csv-typed")
+    return _CHECKER
+
+
+def _typed_result(typed: Future | None, block: bytes, layout: Layout, longest: int) -> bool:
+    """The typed parse's answer: True when it took the block. A refusal may only mean that a line is longer
+    than the block size it ran with (Arrow cannot split a row across its blocks): then it runs again with
+    room for the longest line."""
+    if typed is None:
+        return False
+    if typed.result():
+        return True
+    return 2 * longest + 2 > _ARROW_BLOCK and _typed_ok(block, layout, longest)
 
 
 def _arrow_invalid():
@@ -130,6 +166,14 @@ def _line_limits(block: bytes, starts, lens, first_row: int, layout: Layout, max
                                 f"({FIELD_LIMIT})", field="row", row=first_row + k, source=layout.source)
 
 
+def _typed_candidate(block: bytes, layout: Layout) -> bool:
+    """Whether the typed parse can take ``block`` at all (see ``_typed_ok``)."""
+    if layout.missing or not layout.checks:
+        return False
+    kinds = {kind for _, _, kind in layout.checks}
+    return not (("float" in kinds and b"(" in block) or ("int" in kinds and (b"x" in block or b"X" in block)))
+
+
 def _typed_ok(block: bytes, layout: Layout, longest: int) -> bool:
     """Whether Arrow reads ``block`` with the typed columns parsed straight to float64/int64: True means every row
     has the header's width and every typed value parses, so the block is good as it stands. False (some row or
@@ -140,17 +184,14 @@ def _typed_ok(block: bytes, layout: Layout, longest: int) -> bool:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    if layout.missing or not layout.checks:
-        return False
-    kinds = {kind for _, _, kind in layout.checks}
-    if ("float" in kinds and b"(" in block) or ("int" in kinds and (b"x" in block or b"X" in block)):
+    if not _typed_candidate(block, layout):
         return False
     names = [f"c{i}" for i in range(layout.width)]
     types = {f"c{i}": pa.float64() if kind == "float" else pa.int64() for i, _, kind in layout.checks}
     try:
         pacsv.read_csv(
             io.BytesIO(block),
-            read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, 2 * longest + 2)),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=max(_ARROW_BLOCK, 2 * longest + 2)),
             parse_options=_parse_options(layout),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types), null_values=[],
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False))
@@ -176,7 +217,7 @@ def _read(block: bytes, layout: Layout, longest: int):
     wanted = [names[i] for i in cols]
     return pacsv.read_csv(
         io.BytesIO(block),
-        read_options=pacsv.ReadOptions(column_names=names, block_size=max(1 << 20, 2 * longest + 2)),
+        read_options=pacsv.ReadOptions(column_names=names, block_size=max(_ARROW_BLOCK, 2 * longest + 2)),
         parse_options=_parse_options(layout),
         convert_options=pacsv.ConvertOptions(column_types={n: pa.string() for n in wanted}, include_columns=wanted,
                                              strings_can_be_null=False, quoted_strings_can_be_null=False))
@@ -248,7 +289,7 @@ def _missing_rows(table, layout: Layout) -> np.ndarray:
 
 
 def _rewrite(block: bytes, nl: np.ndarray, blank: np.ndarray, first_row: int, layout: Layout,
-             fix: set[int]) -> Lines:
+             fix: set[int], line_ends: np.ndarray) -> Lines:
     """The block's non-blank lines, with missing cells of non-str columns written as NaN in lines ``fix``."""
     missing, numeric, delim = set(layout.missing), set(layout.numeric), layout.delimiter
     out, ends, rows, size, start = [], [], [], 0, 0
@@ -265,4 +306,4 @@ def _rewrite(block: bytes, nl: np.ndarray, blank: np.ndarray, first_row: int, la
         size += len(line)
         ends.append(size)
         rows.append(first_row + k)
-    return Lines(b"".join(out), np.array(ends, dtype=np.int64), np.array(rows, dtype=np.int64), len(nl))
+    return Lines(b"".join(out), np.array(ends, dtype=np.int64), np.array(rows, dtype=np.int64), len(nl), line_ends)

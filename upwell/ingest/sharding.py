@@ -15,9 +15,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from upwell.documents import archive_kind
 from upwell.errors import InputRejected
 from upwell.ingest import csvblocks
+from upwell.ingest.rawblocks import Pieces
 from upwell.ingest.shardwriter import Shard, Writer, raw_ends
 from upwell.shardref import HEADER_LIMIT
 
@@ -211,73 +214,77 @@ class _Sharder:
     # -- the columnar reader ------------------------------------------------------------
     def _fast(self, head: bytes, it: Iterator[bytes]) -> Iterator[Shard]:
         bom = len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0
-        buf, offset, rowno, eof, target = bytearray(head[bom:]), bom, 0, False, 512
+        pieces, offset, rowno, eof, target = Pieces(head[bom:]), bom, 0, False, 512
         while True:
-            while not eof and len(buf) < target:
+            while not eof and pieces.size < target:
                 chunk = next(it, None)
                 eof = chunk is None
-                buf += chunk or b""
-            raw = self._cut(buf, eof, rowno)
+                pieces.add(chunk or b"")
+            raw = pieces.take_all() if eof else pieces.cut()
             if raw is None:  # no line end yet: read more
+                self._no_line_end(pieces, rowno)
                 target *= 2
                 continue
             target = min(max(target * 2, 512), max(BLOCK_BYTES, 4 * self.max_line + 8))
             if not raw:
                 break
-            block = self._text(raw, offset, first=self.table is None)
+            cr = b"\r" in raw
+            block = self._text(raw, offset, first=self.table is None, cr=cr)
             quoting = b'"' in block or (self.delim != b"," and b"," in block)  # csv from here on
-            base, first_line = offset, rowno + 1  # where raw starts in the input, and its first line's number
+            base, first_line, whole = offset, rowno + 1, self.table is not None and not cr
             if self.table is None:
                 block, rowno = (None, 0) if quoting else self._fast_header(block, raw, base)
                 if block is None:
-                    yield from self._slow(itertools.chain([head[:bom], raw, bytes(buf)], it), rowno=0,
+                    yield from self._slow(itertools.chain([head[:bom], raw, pieces.take_all()], it), rowno=0,
                                           offset=bom)
                     return
             elif quoting:
-                yield from self._slow(itertools.chain([raw, bytes(buf)], it), rowno=rowno, offset=offset)
+                yield from self._slow(itertools.chain([raw, pieces.take_all()], it), rowno=rowno, offset=offset)
                 return
             offset += len(raw)
             if not block:
                 continue
             lines = csvblocks.check_block(block, rowno + 1, self._layout(), self.max_line)
             data = lines.data if self.delim == b"," else lines.data.replace(self.delim, b",")
-            ends = raw_ends(raw, base)[lines.rows - first_line] if self.writer.pos >= 0 else None
+            ends = self._raw_ends(raw, base, lines, first_line, whole) if self.writer.pos >= 0 else None
             yield from self.writer.lines(data, lines.ends, lines.rows, ends)
             rowno += lines.count
         if self.table is None:
             raise InputRejected(f"{self.source} is empty", field="document", row=0, source=self.source)
         yield from self.writer.finish(self.table.row)
 
-    def _cut(self, buf: bytearray, eof: bool, rowno: int) -> bytes | None:
-        """Take whole lines off the front of ``buf``: all of it at the end of the input, else up to the last
-        line end; None when no line ends in it yet."""
-        if eof:
-            raw = bytes(buf)
-            buf.clear()
-            return raw
-        cut = buf.rfind(b"\n") + 1 or buf.rfind(b"\r", 0, len(buf) - 1) + 1
-        if not cut:
-            if len(buf) > 4 * self.max_line + 4 or len(buf.decode("utf-8", "ignore")) > self.max_line:
-                raise InputRejected(f"{self.source}: line {rowno + 1} is longer than "
-                                    f"{self.max_line} characters", field="row",
-                                    limit=f"max_line_bytes={self.max_line}", source=self.source)
-            return None
-        raw = bytes(buf[:cut])
-        del buf[:cut]
-        return raw
+    def _no_line_end(self, pieces: Pieces, rowno: int) -> None:
+        """No line ends in what is held: refuse it once it is past the line limit."""
+        if pieces.size > 4 * self.max_line + 4 or len(pieces.joined().decode("utf-8", "ignore")) > self.max_line:
+            raise InputRejected(f"{self.source}: line {rowno + 1} is longer than {self.max_line} characters",
+                                field="row", limit=f"max_line_bytes={self.max_line}", source=self.source)
 
-    def _text(self, raw: bytes, offset: int, first: bool) -> bytes:
-        """``raw`` checked as UTF-8, with CR and CRLF line ends turned into LF and a last LF added."""
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputRejected(f"{self.source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
-                                field="encoding", source=self.source) from None
+    @staticmethod
+    def _raw_ends(raw: bytes, base: int, lines: csvblocks.Lines, first_line: int, whole: bool) -> np.ndarray:
+        """Where each checked line of ``lines`` ends in the original. ``whole``: the block checked is ``raw``
+        itself, with no CR, or a final LF added at the end of the input; then the block's own line ends are
+        the original's (the last one clipped to ``raw``) and no second scan of the bytes is needed."""
+        if not whole:
+            return raw_ends(raw, base)[lines.rows - first_line]
+        ends = lines.line_ends + base
+        if len(ends) and ends[-1] > base + len(raw):
+            ends[-1] = base + len(raw)
+        return ends if lines.count == len(lines.rows) else ends[lines.rows - first_line]
+
+    def _text(self, raw: bytes, offset: int, first: bool, cr: bool) -> bytes:
+        """``raw`` checked as UTF-8, with CR and CRLF line ends turned into LF and a last LF added. ``cr``:
+        whether ``raw`` holds a CR. ASCII needs no decoding to be valid UTF-8."""
+        if not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputRejected(f"{self.source}: not valid UTF-8/UTF-16 near byte {offset + exc.start}",
+                                    field="encoding", source=self.source) from None
         if first and b"\x00" in raw:
             raise InputRejected(f"{self.source} contains NUL characters: a binary file, or UTF-16 text without a "
                                 "byte-order mark (save it as UTF-8, or UTF-16 with BOM)", field="encoding",
                                 source=self.source)
-        block = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in raw else raw
+        block = raw.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if cr else raw
         return block if not block or block.endswith(b"\n") else block + b"\n"
 
     def _fast_header(self, block: bytes, raw: bytes, base: int) -> tuple[bytes | None, int]:
