@@ -111,18 +111,21 @@ def _analysis_of(job: JobRow) -> tuple[str, ...]:
 
 
 def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0,
-              jobs: Iterable[JobRow] | None = None) -> list[str]:
+              jobs: Iterable[JobRow] | None = None, reported: set[str] | None = None) -> list[str]:
     """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash).
     ``jobs``: the job rows to look at (default: those that ended in the last ``REPORT_WINDOW_S``, through the
     ledger's index: the scale timer calls this every run, and a read of every terminal job would grow with
-    every job ever run; the reconciler's pass, upwell.ops.reconcile, looks further back)."""
+    every job ever run; the reconciler's pass, upwell.ops.reconcile, looks further back). ``reported``: the
+    caller's memo of the index entries (their RowKeys) whose jobs were found reported: their rows are not
+    read again (a reported job stays reported; a rerun ends under a new entry); entries that left the
+    window are dropped from it."""
     import time
 
     from upwell.results.collect import request_report
 
     ledger = ledger or Ledger(storage)
     requeued = []
-    rows = ledger.ended_jobs(REPORT_WINDOW_S) if jobs is None else jobs
+    rows = _ended_unreported(ledger, reported) if jobs is None else jobs
     for job in rows:
         if job.status not in TERMINAL_JOB or job.status == JobState.REJECTED:
             continue
@@ -136,3 +139,24 @@ def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float 
         request_report(storage, job.job_id)
         requeued.append(job.job_id)
     return requeued
+
+
+def _ended_unreported(ledger: Ledger, reported: set[str] | None) -> list[JobRow]:
+    """The rows of the jobs that ended in the last ``REPORT_WINDOW_S``, less those ``reported`` already
+    names (the memo is updated: the reported ones added, the entries gone from the window dropped)."""
+    if reported is None:
+        return ledger.ended_jobs(REPORT_WINDOW_S)
+    entries = ledger.index.ended_since(REPORT_WINDOW_S)
+    reported &= {e.row_key for e in entries}
+    rows = []
+    for entry in entries:
+        if entry.row_key in reported:
+            continue
+        job = ledger.job(entry.job_id)
+        if job is None:
+            ledger.index.mend(entry, None)
+        elif job.reported:
+            reported.add(entry.row_key)
+        else:
+            rows.append(job)
+    return rows
