@@ -24,7 +24,8 @@ from upwell.timeutil import now_iso, parse_iso
 log = logs.get("upwell.results.publish")
 REPORT_WINDOW_S = 900.0  # the scale timer re-asks for reports of the jobs that ended this recently
 READERS = 16  # result documents read at once while a report is gathered
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png"}
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png",
+                 ".csv": "text/csv; charset=utf-8"}
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,17 @@ class Published:
 
 
 def gather(storage: Storage, ledger: Ledger, job_id: str) -> tuple[JobRow, list[ShardRow], list[dict], list[dict]]:
-    """What the report is built from: the job's rows, its result documents and the pool's scale events."""
+    """What the report is built from: the job's rows, its result documents and the pool's scale events.
+    Each shard's result is read by its name (``<job>/<shard>.json``; a shard that wrote none reads as
+    missing), not found by listing ``results/<job>/``: a listing's pages cost more than the reads they
+    save, and grew faster than the shards (issue 24; bench/README.md, "Report build"). A job without shard
+    rows (pruned) has its results listed."""
     job = ledger.job(job_id) or JobRow(job_id=job_id)
     shards = sorted(ledger.shards(job_id), key=lambda r: r.shard_id)
-    wanted = (b.name for b in storage.list(names.RESULTS, f"{job_id}/")
-              if b.name.count("/") == 1 and b.name.endswith(".json"))
+    wanted: Iterable[str] = [f"{job_id}/{r.shard_id}.json" for r in shards]
+    if not shards:
+        wanted = (b.name for b in storage.list(names.RESULTS, f"{job_id}/")
+                  if b.name.count("/") == 1 and b.name.endswith(".json"))
     # one round trip per result: READERS at once, in listing order (100,000 one by one took minutes)
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="report-read") as pool:
         results = [doc for doc in pool.map(lambda name: _result(storage, name), wanted) if doc is not None]
