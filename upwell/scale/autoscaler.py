@@ -175,11 +175,9 @@ class Autoscaler:
         busy = {r.node for r in running if r.node}  # a backend never removes these nodes
         status = pool.status(busy=busy)
         key = _settled_key(approx, status)
-        settled = self._settled.pop(spec.name, None)
-        if (settled is not None and settled.key == key and not jobs and not ingesting
-                and self._still_settled(pool, settled, status)):
-            self._settled[spec.name] = settled
-            return settled.decision
+        quiet = self._quiet(spec.name, pool, key, status, bool(jobs or ingesting))
+        if quiet is not None:
+            return quiet
         obs = self.observe(spec, status, jobs, pool, running, list(ingesting), approx=approx)
         state, etag = self._read_state(spec.name)
         decision = scaling.decide(spec, obs, state)
@@ -214,6 +212,16 @@ class Autoscaler:
                                           nodes=status.alive, visible=obs.visible, in_flight=obs.in_flight,
                                           reason=decision.reason)
         return decision
+
+    def _quiet(self, name: str, pool: WorkerPool, key: tuple, status: PoolStatus,
+               has_jobs: bool) -> scaling.Decision | None:
+        """The pool's last settled decision when nothing it saw has moved (the module docstring); None: a full
+        run is due (and the memo is dropped until one settles again)."""
+        settled = self._settled.pop(name, None)
+        if settled is None or settled.key != key or has_jobs or not self._still_settled(pool, settled, status):
+            return None
+        self._settled[name] = settled
+        return settled.decision
 
     def _still_settled(self, pool: WorkerPool, settled: _Settled, status: PoolStatus) -> bool:
         """An idle run over the inputs of the last settled one: its nodes' rows only while it has nodes (a
