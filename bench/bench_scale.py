@@ -11,12 +11,15 @@ For each size (``--small`` 1,000 and ``--big`` 100,000 points by default), in a 
    and the job is marked done; the report's build (``upwell.results.publish.publish``) is timed.
 
 Then, once, the requests per shard of a 100-shard sweep end to end (ingest, agent, collect, report, the
-scale timer's share, the devhost's blob-trigger queue traffic; ``tests/faults/request_meter.py``).
+scale timer's share, the devhost's blob-trigger queue traffic; ``tests/faults/request_meter.py``), and the
+requests of one idle tick of each timer (the scale timer, the reconciler's pass, the janitor) on an idle stack
+after ``--idle-small`` and ``--idle-big`` finished jobs (``tests/faults/test_idle_reads.py``), with the
+requests per idle minute under `upwell up`'s schedules.
 
 The ratios are big ÷ small of the time per shard (ingest) or of the time (status, dashboard, report).
 
     .venv/bin/python bench/bench_scale.py [--small 1000] [--big 100000] [--report-small 1000]
-        [--report-big 10000] [--requests 100] [--json bench/out/scale.json]
+        [--report-big 10000] [--requests 100] [--idle-small 10] [--idle-big 200] [--json bench/out/scale.json]
 """
 
 from __future__ import annotations
@@ -34,10 +37,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from upwell import names
+from upwell.access.principal import Caller
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import JobState, Ledger
 from upwell.local import azurite
 from upwell.ops import dashboard
+from upwell.ops.jobapi import JobAPI
 from upwell.results import publish
 from upwell.results.status import job_status
 from upwell.settings import Settings
@@ -78,7 +83,8 @@ def timed(fn, repeat: int = 5) -> float:
 
 def reads(store: Storage, job_id: str) -> dict[str, float]:
     status = timed(lambda: job_status(store, job_id))
-    detail = timed(lambda: dashboard.job_detail(store, job_id))
+    api = JobAPI(store, Settings(), Caller("function_key", "bench", None))  # automation: every project
+    detail = timed(lambda: dashboard.job_detail(api, job_id))
     return {"status_s": status, "dashboard_job_s": detail}
 
 
@@ -135,6 +141,32 @@ def requests_per_shard(n: int) -> dict:
         emulator.stop()
 
 
+def idle_requests(sizes: tuple[int, ...]) -> dict:
+    """Requests per idle tick of each timer after each number of finished jobs (tests/faults/test_idle_reads.py)."""
+    import pytest
+
+    from tests.faults import harness
+    from tests.faults.test_idle_reads import idle_costs, per_minute, pools, seed_finished
+
+    root = Path(tempfile.mkdtemp())
+    emulator = harness.start_azurite(root)
+    patch = pytest.MonkeyPatch()
+    try:
+        env = harness.environment(root, emulator.connection_string, UPWELL_POOLS=pools())
+        harness.apply_env(patch, env)
+        storage = harness.Stack(root, emulator, env).storage
+        storage.ensure()
+        out = {}
+        for n in sizes:
+            seed_finished(storage, n)
+            counts = {k: m.total for k, m in idle_costs(storage).items()}
+            out[str(n)] = {**counts, "per_minute": round(per_minute(counts), 1)}
+        return out
+    finally:
+        patch.undo()
+        emulator.stop()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", type=int, default=1000)
@@ -142,6 +174,8 @@ def main() -> None:
     p.add_argument("--report-small", type=int, default=1000)
     p.add_argument("--report-big", type=int, default=10_000)
     p.add_argument("--requests", type=int, default=100, help="shards of the end-to-end request count (0: skip)")
+    p.add_argument("--idle-small", type=int, default=10, help="finished jobs before the first idle count (0: skip)")
+    p.add_argument("--idle-big", type=int, default=200, help="finished jobs before the second idle count")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     figures = {"small": size(args.small, args.report_small), "big": size(args.big, args.report_big)}
@@ -149,6 +183,9 @@ def main() -> None:
     if args.requests:
         figures["requests"] = requests_per_shard(args.requests)
         print(json.dumps(figures["requests"], indent=1))
+    if args.idle_small:
+        figures["idle"] = idle_requests((args.idle_small, args.idle_big))
+        print(json.dumps(figures["idle"], indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=1))

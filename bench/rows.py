@@ -87,12 +87,25 @@ def _scale(f: dict) -> list[dict]:
                            f"{small[key]:.3f} s", big[key] / small[key], None), "met": big[key] <= 2.0})
     out.append(_row(f"report build, {big['report_shards']:,} ÷ {small['report_shards']:,} shards",
                     f"{big['report_s']:.1f} s", f"{small['report_s']:.1f} s", big["report_s"] / small["report_s"],
-                    None))
+                    ("<=", 1.1 * big["report_shards"] / small["report_shards"])))  # linear, 10% slack
     r = f.get("requests")
     if r:
         split = ", ".join(f"{k} {r[k]:.1f}" for k in ("table", "blob", "queue") if k in r)
         out.append({**_row(f"storage requests per shard, end to end, {r['shards']} shards (goal ≤ 8)",
                            f"{r['total']:.1f}", split, None, None), "met": r["total"] <= 8})
+    return out + _idle(f.get("idle") or {})
+
+
+def _idle(idle: dict) -> list[dict]:
+    """Requests of one idle tick of each timer after two numbers of finished jobs: equal, so the ratio is 1."""
+    if len(idle) != 2:
+        return []
+    (n, a), (m, b) = sorted(idle.items(), key=lambda kv: int(kv[0]))
+    out = [_row(f"idle {timer} requests per tick, {int(m):,} ÷ {int(n):,} finished jobs", f"{b[timer]}",
+                f"{a[timer]}", b[timer] / a[timer] if a[timer] else None, ("<=", 1.0))
+           for timer in ("scale", "reconcile", "janitor")]
+    out.append(_row(f"idle requests per minute under `upwell up`, {int(m):,} ÷ {int(n):,} finished jobs",
+                    f"{b['per_minute']}", f"{a['per_minute']}", b["per_minute"] / a["per_minute"], ("<=", 1.0)))
     return out
 
 

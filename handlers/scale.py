@@ -1,4 +1,9 @@
-"""Timer: scale every pool to its backlog, and re-enqueue reports that were lost."""
+"""Timer: scale every pool to its backlog, re-enqueue reports that were lost, and recheck waiting manifests.
+
+An idle tick reads the open-jobs index once (the autoscaler's read, reused by the recheck), each pool's
+queue length and the head of the ended-jobs index; the job rows of reports already seen are not read again
+(``REPORTED``, a memo of index entries; see upwell.scale.autoscaler for the pools' part).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from upwell.scale.autoscaler import Autoscaler
 
 bp = func.Blueprint()
 log = logs.get("handlers.scale")
+REPORTED: set[str] = set()  # ended-index entries whose jobs this process found reported (publish.reconcile)
 
 
 @functools.cache
@@ -34,12 +40,14 @@ def nudge() -> None:
 @bp.function_name("scale")
 @bp.timer_trigger(arg_name="timer", schedule="%UPWELL_SCALE_SCHEDULE%", run_on_startup=False, use_monitor=False)
 def scale(timer: func.TimerRequest) -> None:
-    autoscaler().adapt()
+    scaler = autoscaler()
+    scaler.open_rows = None
+    scaler.adapt()
     try:
-        reconcile(context.storage())
+        reconcile(context.storage(), reported=REPORTED)
     except UpwellError as exc:  # a periodic loop logs and goes on
         log.warning("handlers.reconcile_failed", error=str(exc)[:300], code=exc.code)
     try:
-        recheck_waiting(context.storage(), context.settings())
+        recheck_waiting(context.storage(), context.settings(), open_rows=scaler.open_rows)
     except UpwellError as exc:
         log.warning("handlers.recheck_waiting_failed", error=str(exc)[:300], code=exc.code)

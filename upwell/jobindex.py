@@ -24,7 +24,7 @@ reader meets it. What a crash left out (an open job without an entry) the reconc
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -162,6 +162,21 @@ class JobIndex:
             else:
                 rows[job.job_id] = job
         return sorted(rows.values(), key=lambda j: j.created_at, reverse=True)[:limit]
+
+    def last_ended(self, read: Callable[[str], JobRow | None], limit: int) -> Iterator[JobRow]:
+        """The rows of the jobs of the ``limit`` latest ended entries (one range read), newest first. Each row
+        is ``read`` as the caller asks for it: a caller that stops early reads no more. A deleted job's entry
+        is mended; a job that ended twice comes once."""
+        seen: set[str] = set()
+        for entry in self.ended_entries(limit):
+            if entry.job_id in seen:
+                continue
+            seen.add(entry.job_id)
+            job = read(entry.job_id)
+            if job is None:
+                self.mend(entry, None)
+            else:
+                yield job
 
     def add_missing(self, open_job_ids: Iterable[str]) -> int:
         """Add an open entry for each of these jobs that has none; how many were added."""

@@ -58,13 +58,13 @@ def expected_reads(ledger: Ledger, nodes: NodeLog, settings: Settings) -> int:
     """What one run of the scale timer must read: the autoscaler reads each open job's index entry and row,
     each active job's partition (the job row and its shard rows, which the in-flight count scans), each
     pool's policy state row and each pool's partition of the nodes table (a row per live agent: bounded by
-    the pool's size, not by the jobs ever run); the waiting-manifest recheck reads the open entries and rows
-    again; the report fallback reads the jobs that ended in the last REPORT_WINDOW_S (an entry and a row each)."""
+    the pool's size, not by the jobs ever run); the waiting-manifest recheck reuses that read of the open
+    jobs; the report fallback reads the jobs that ended in the last REPORT_WINDOW_S (an entry and a row each)."""
     open_jobs = ledger.open_jobs()
     active = [j for j in open_jobs if j.status in (JobState.ACCEPTED, JobState.RUNNING)]
     ended = ledger.index.ended_since(publish.REPORT_WINDOW_S)
     agents = sum(len(nodes.nodes(pool)) for pool in settings.pools)
-    return (len(settings.pools) + agents + 4 * len(open_jobs) + sum(1 + len(ledger.shards(j.job_id)) for j in active)
+    return (len(settings.pools) + agents + 2 * len(open_jobs) + sum(1 + len(ledger.shards(j.job_id)) for j in active)
             + 2 * len(ended))
 
 
@@ -98,9 +98,9 @@ def test_a_scale_run_reads_the_open_rows_not_the_finished_ones(stack, monkeypatc
             handlers.scale.autoscaler.cache_clear()
             harness.verify(stack, job_id, counts)
         harness.no_orphans(stack)
-    # one open job of SHARDS shards: 4 reads of its entry and row, its partition, a state row per pool, and
+    # one open job of SHARDS shards: 2 reads of its entry and row, its partition, a state row per pool, and
     # the node rows of the SHARDS agents that run them
-    assert expected == pools + 4 + 1 + SHARDS + SHARDS, expected
+    assert expected == pools + 2 + 1 + SHARDS + SHARDS, expected
     assert sum(run.values()) == expected, (run, expected)
     assert set(run) == {names.JOB_INDEX_TABLE, names.JOBS_TABLE, names.SCALE_TABLE, names.NODES_TABLE}, run
     assert scan >= 2 * FINISHED, scan

@@ -43,22 +43,26 @@ def test_two_shards_of_two_nodes_cost_twice_two_of_one():
 
 
 class FakeLedger:
-    """The two reads learn() makes: finished jobs, and their shard rows."""
+    """The two reads learn() makes: the jobs that ended last, and a page of their shard rows."""
 
     def __init__(self, job: JobRow, rows: list[ShardRow]):
-        self.job, self.rows = job, rows
+        self.row, self.rows, self.index = job, rows, self
 
-    def jobs(self, *states, **_):
-        return [self.job]
+    def job(self, job_id):
+        return self.row
 
-    def shards(self, job_id):
-        return self.rows
+    def last_ended(self, read, limit):
+        return iter([read(self.row.job_id)])
+
+    def shard_page(self, job_id, after="", limit=100):
+        return self.rows[:limit], ""
 
 
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_learning_keeps_one_nodes_seconds(nodes):
     """A gang's recorded node-seconds (time x nodes) are learned per node; the estimate multiplies again."""
-    job = JobRow(job_id="j", status=JobState.SUCCEEDED, ranks=2 * nodes, nodes=nodes, finished_at="x")
+    job = JobRow(job_id="j", status=JobState.SUCCEEDED, ranks=2 * nodes, nodes=nodes, finished_at="x", payload="p",
+                 pool="mpi")
     rows = [ShardRow(job_id="j", shard_id="s", status=ShardState.SUCCEEDED, params='{"a": 1}',
                      node_seconds=300.0 * nodes)]
     hist = est.learn(FakeLedger(job, rows), "p", "mpi")

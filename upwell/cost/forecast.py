@@ -22,7 +22,8 @@ blended price of the pool x the job's share of a node:
 
 ``for_job`` is the one entry: ``upwell submit --dry-run`` (upwell.ingest.submit) and ingest
 (upwell.ingest.accept) both call it, so the two print and record the same figures. Learning reads
-the ledger (the last ``MAX_JOBS`` finished jobs of the payload), so it needs no state of its own and
+the ledger (the last ``MAX_JOBS`` finished jobs of the payload among the last ``LOOKBACK`` that ended,
+through the index of ended jobs: bounded however many jobs ever ran), so it needs no state of its own and
 a fresh deployment falls back to the manifest.
 """
 
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from upwell.settings import PoolSpec
 
 MAX_JOBS = 10
+LOOKBACK = 100  # ended jobs (newest first) that learn() looks among for the payload's last MAX_JOBS
+SHARDS_PER_JOB = 1000  # shard rows learn() reads of one job: a sample of a big sweep, in shard id order
 FINISHED = (JobState.SUCCEEDED, JobState.PARTIALLY_FAILED)
 
 
@@ -111,24 +114,30 @@ class History:
 
 def learn(ledger: Ledger, payload: str, pool: str, *, max_jobs: int = MAX_JOBS) -> History:
     """History of ``payload`` on ``pool`` from the ledger's most recent finished jobs; none on an account whose
-    jobs table does not exist yet (a dry run before the first `upwell up` or deployment made it)."""
+    jobs table does not exist yet (a dry run before the first `upwell up` or deployment made it).
+
+    Bounded, whatever the history: the newest ``LOOKBACK`` entries of the ledger's index of ended jobs (one
+    range read), their job rows read newest first until ``max_jobs`` of this payload and pool are found, and
+    at most ``SHARDS_PER_JOB`` shard rows of each (one range read a page). A query of the jobs table by
+    payload would be a table scan, whose cost grows with every job ever run."""
+    hist = History()
     try:
-        finished = list(ledger.jobs(*FINISHED, payload=payload, pool=pool))
+        for job in ledger.index.last_ended(ledger.job, LOOKBACK) if max_jobs > 0 else ():
+            if job.status not in FINISHED or job.payload != payload or job.pool != pool:
+                continue
+            hist.jobs += 1
+            rows, _ = ledger.shard_page(job.job_id, limit=SHARDS_PER_JOB)
+            nodes = max(int(job.nodes or 1), 1)
+            for row in rows:
+                # one node's (the estimate multiplies by the nodes again), and one point's: a block
+                # (upwell.ingest.blocks) ran point_count points, which the estimate counts one by one
+                seconds = row.paid_seconds / nodes / row.point_count
+                if row.status == ShardState.SUCCEEDED and seconds > 0:
+                    hist.add(size_key(row.params, job.ranks or 1, job.gpus, nodes), seconds)
+            if hist.jobs >= max_jobs:
+                break  # before the next row is read
     except NotFound:
         return History()
-    jobs = sorted(finished, key=lambda j: j.finished_at, reverse=True)
-    hist = History()
-    for job in jobs[:max_jobs]:
-        hist.jobs += 1
-        for row in ledger.shards(job.job_id):
-            if row.status != ShardState.SUCCEEDED:
-                continue
-            nodes = max(int(job.nodes or 1), 1)
-            # one node's (the estimate multiplies by the nodes again), and one point's: a block (upwell.ingest.blocks)
-            # ran point_count points, which the estimate counts one by one
-            seconds = row.paid_seconds / nodes / row.point_count
-            if seconds > 0:
-                hist.add(size_key(row.params, job.ranks or 1, job.gpus, nodes), seconds)
     return hist
 
 

@@ -32,7 +32,7 @@ from upwell.ingest.fanout import GridShards
 from upwell.ingest.quarantine import quarantine
 from upwell.ingest.rulematch import match_rule
 from upwell.ingest.shardinputs import InputSharder
-from upwell.ledger import JobState, Ledger
+from upwell.ledger import JobRow, JobState, Ledger
 from upwell.payloads import params as payload_params
 from upwell.payloads.registry import Registry
 from upwell.settings import Settings
@@ -199,13 +199,16 @@ class Ingestor:
         return Outcome(job_id, "accepted", count)
 
 
-def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None = None) -> list[str]:
+def recheck_waiting(storage: Storage, settings: Settings, ledger: Ledger | None = None,
+                    open_rows: list[JobRow] | None = None) -> list[str]:
     """The timer's part: ingest every waiting manifest again (it goes on, waits on, or is rejected when its
-    grace is over). A manifest removed meanwhile ends its job as rejected."""
+    grace is over). A manifest removed meanwhile ends its job as rejected. ``open_rows``: the open jobs the
+    caller has just read (the scale timer's autoscaler did); read through the ledger's index when not given."""
     ledger = ledger or Ledger(storage)
     ingestor = Ingestor(storage, settings, ledger)
     seen = []
-    for job in ledger.open_jobs(JobState.WAITING):  # through the ledger's index of open jobs: no table scan
+    rows = ledger.open_jobs() if open_rows is None else open_rows  # the index of open jobs: no table scan
+    for job in (j for j in rows if j.status == JobState.WAITING):
         source = job.source_blob
         out = ingestor.ingest(source[len(names.INCOMING) + 1:]) if source.startswith(f"{names.INCOMING}/") else None
         if out is None or out.status == "skipped":

@@ -36,6 +36,7 @@ from upwell.cost import tags as T
 from upwell.cost import wallclock
 from upwell.errors import ConfigError
 from upwell.ops.findings import Finding, FindingsLog
+from upwell.rows import JobState
 from upwell.timeutil import now_iso
 
 log = logs.get("upwell.ops.janitor")
@@ -89,7 +90,8 @@ def _tags(obj: Any) -> dict[str, str]:
 
 
 class Janitor:
-    """Scans and acts. Clients are the real SDK ones (built lazily, or given for tests)."""
+    """Scans and acts. Clients are the real SDK ones (built lazily, or given for tests); the open jobs are
+    read once per scan."""
 
     def __init__(self, policy: Policy | None = None, *, subscription_id: str = "", resource_group: str = "",
                  batch_url: str = "", credential: Any = None, client_kwargs: dict | None = None,
@@ -105,6 +107,7 @@ class Janitor:
         self.now = now or datetime.now(UTC)
         self.budgets, self.budget_window_days = dict(budgets or {}), float(budget_window_days)
         self._clients: dict[str, Any] = {}
+        self._open: list | None = None  # the open jobs, read once per scan (``_running``)
 
     # -- clients ----------------------------------------------------------------------
     def _cred(self):
@@ -141,6 +144,7 @@ class Janitor:
         """Every finding, each with the action the policy plans for it. A scanner that fails is
         logged and skipped: one broken API never hides the other leaks."""
         scanners = [self._overdue, self._over_budget]
+        self._open = None
         if self.arm:
             scanners += [self._disks, self._nics, self._ips, self._vms, self._scale_sets, self._expired]
         if self.batch_url:
@@ -226,7 +230,7 @@ class Janitor:
     def _overdue(self, _found):
         if self.ledger is None:
             return
-        for job in self.ledger.jobs("accepted", "running"):
+        for job in self._running():
             if job.killed_at:
                 continue
             why = wallclock.job_overdue(job, self.now)
@@ -243,7 +247,7 @@ class Janitor:
 
         since = self.now - timedelta(days=self.budget_window_days)
         killed = {f.resource for f in found}
-        running = [j for j in self.ledger.jobs("accepted", "running") if not j.killed_at]
+        running = [j for j in self._running() if not j.killed_at]
         for by in ("owner", "project"):
             for value, budget in (self.budgets.get(by) or {}).items():
                 jobs = [j for j in running if getattr(j, by) == value and j.job_id not in killed]
@@ -256,6 +260,13 @@ class Janitor:
                     killed.add(job.job_id)
                     yield Finding("over_budget", job.job_id, job.name or job.job_id, why, True,
                                   tags={T.JOB: job.job_id, T.OWNER: job.owner, T.PROJECT: job.project})
+
+    def _running(self) -> list:
+        """The accepted and running jobs, through the ledger's index of open jobs: an hourly pass that read
+        the whole jobs table would grow with every job ever run. Read once per scan."""
+        if self._open is None:
+            self._open = self.ledger.open_jobs(JobState.ACCEPTED, JobState.RUNNING)
+        return self._open
 
     # -- act ------------------------------------------------------------------------------
     def apply(self, findings: list[Finding]) -> list[Finding]:

@@ -37,6 +37,12 @@ Results are listed for active jobs only; at most ``max_actions`` re-drives run p
 pass, and the watermark or cursor stops before the first upload left for the next
 pass. Every action is logged and written to the scaling log, where ``upwell
 status`` reads it. ``dry_run`` finds and logs, and changes nothing.
+
+An idle pass reads no more than the last one (issue 24, item 4): the active jobs come through the ledger's
+index of open jobs, never a scan of the jobs table; the one query of the jobs table is the report check's
+"changed since the last pass", which also finds an open job whose index entry a crash left out; and a pass
+that found nothing at all (``Pass.seen``) leaves its state row as it was: its time marks stay, so the
+next pass's windows cover nothing more than this one's did, and nothing is written.
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ class Pass:
     listed: int = 0
     checked: int = 0
     events: int = 0  # change feed records read (changefeed mode)
+    seen: int = 0  # things the pass found to look at: new uploads, open jobs, changed or ended rows, dead letters
     actions: list[Action] = field(default_factory=list)
     watermark: float = 0.0
     cursor: str = ""  # the change feed segment the next pass starts at (changefeed mode)
@@ -127,13 +134,15 @@ class Reconciler:
         """One pass over every place a lost event leaves a trace (``steps``: a part of it, as the bench times
         the incoming/ step alone). Raises only when storage is down."""
         started, state, result = time.monotonic(), self.state(), Pass()
+        before = json.loads(json.dumps(state))
         redrives = state.setdefault("redrives", {})
         for step in (getattr(self, f"_{name}") for name in steps):
             try:
                 step(result, state, redrives)
             except Exception as exc:  # noqa: BLE001 - one failing step never stops the others
                 log.warning("reconcile.step_failed", step=step.__name__.strip("_"), error=str(exc)[:300])
-        self._save(state)
+        if result.seen or _moved(before, state):
+            self._save(state)  # an idle pass moves only its time marks: they stay, and nothing is written
         result.watermark, result.seconds = state["watermark"], round(time.monotonic() - started, 3)
         log.info("reconcile.pass", listed=result.listed, checked=result.checked, events=result.events,
                  actions=len(result.actions), watermark=result.watermark, cursor=result.cursor,
@@ -187,6 +196,7 @@ class Reconciler:
             etag = str(blob.etag)  # listings drop the quotes that properties (and so job ids) keep
             candidates.append((modified, blob.name, etag if etag.startswith('"') else f'"{etag}"'))
         candidates.sort()
+        result.seen += len(candidates)
         known = self._known_jobs(watermark) if candidates else {}
         # Listings give last-modified to the second: a blob written just after the cutoff can list at or
         # below it, so the mark stays a second behind (those blobs are looked at again, and found known).
@@ -238,6 +248,7 @@ class Reconciler:
             for chunk, size in feed.chunks(shard):
                 records, ends[chunk] = feed.records(chunk, size, start.get(chunk))
                 result.events += len(records)
+                result.seen += len(records)
                 candidates += [r for r in records if _is_upload(r)]
         since = min((r.time.timestamp() for r in candidates if r.time), default=0.0)
         known = self._known_jobs(since) if candidates else {}
@@ -303,9 +314,8 @@ class Reconciler:
 
     def _results(self, result: Pass, state: dict, redrives: dict) -> None:
         cutoff = self.clock() - self.settings.reconcile_grace_s
-        active = list(self.ledger.jobs(*ACTIVE_JOB))  # this slow timer's one scan of the jobs table
-        if not self.dry_run:
-            self.ledger.index_open(active)  # the scale timer reads the open jobs through the ledger's index
+        active = self.ledger.open_jobs(*ACTIVE_JOB)  # the index of open jobs (the reports step mends it)
+        result.seen += len(active)
         for job in active:
             job_id = job.job_id
             open_shards = {r.shard_id for r in self.ledger.shards(job_id) if r.status not in TERMINAL_SHARD}
@@ -345,7 +355,12 @@ class Reconciler:
         now, last = self.clock(), float(state.get("last_pass") or 0.0)
         since = dt.datetime.fromtimestamp(max(last - REPORT_MARGIN_S, 0.0), dt.UTC)
         stale = min(60.0, float(self.settings.reconcile_grace_s))
-        pending = [j for j in self.ledger.jobs(changed_since=since) if not j.reported]
+        changed = list(self.ledger.jobs(changed_since=since))  # this slow timer's one query of the jobs table
+        result.seen += len(changed)
+        opened = [j for j in changed if j.status in ACTIVE_JOB]
+        if opened:  # a job opened again whose index entry a crash left out (the scale timer reads the index)
+            self.ledger.index_open(opened)
+        pending = [j for j in changed if not j.reported]
         for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale, jobs=pending):
             self._act(result, Action("unreported_job", job_id, "requeued"))
         waiting = [j for j in pending if j.status in TERMINAL_JOB and j.status != JobState.REJECTED]
@@ -361,7 +376,9 @@ class Reconciler:
         now, last = self.clock(), float(state.get("after_pass") or 0.0)
         within = now - last + REPORT_MARGIN_S if last else AFTER_FIRST_S
         young = False
-        for job in self.ledger.ended_jobs(within):
+        ended = self.ledger.ended_jobs(within)
+        result.seen += len(ended)
+        for job in ended:
             for trace in recover.find(self.ledger, self.settings, job, now):
                 young = young or trace.young
                 if trace.young:
@@ -397,6 +414,7 @@ class Reconciler:
             blobs = list(container.list_blobs())
         except ResourceNotFoundError:
             return
+        result.seen += len(blobs)
         for blob in blobs:
             result.listed += 1
             client = container.get_blob_client(blob.name)
@@ -416,6 +434,7 @@ class Reconciler:
                         list(queue.receive_messages(max_messages=32, visibility_timeout=POISON_LEASE_S)))
         except ResourceNotFoundError:
             return
+        result.seen += len(messages)
         for message in messages:
             result.listed += 1
             try:
@@ -425,6 +444,15 @@ class Reconciler:
                 continue
             if self._redrive_blob(result, redrives, "poison", *where) and not self.dry_run:
                 queue.delete_message(message.id, message.pop_receipt)
+
+
+TIME_MARKS = ("watermark", "last_pass", "after_pass")  # what an idle pass moves, and only that
+
+
+def _moved(before: dict, after: dict) -> bool:
+    """Whether the pass changed the state beyond its time marks (re-drive counts, the change feed cursor)."""
+    return ({k: v for k, v in before.items() if k not in TIME_MARKS}
+            != {k: v for k, v in after.items() if k not in TIME_MARKS})
 
 
 def _is_upload(record: Record) -> bool:

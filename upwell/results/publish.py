@@ -25,7 +25,8 @@ from upwell.timeutil import now_iso, parse_iso
 log = logs.get("upwell.results.publish")
 REPORT_WINDOW_S = 900.0  # the scale timer re-asks for reports of the jobs that ended this recently
 READERS = 16  # result documents read at once while a report is gathered
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png"}
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json", ".png": "image/png",
+                 ".csv": "text/csv; charset=utf-8"}
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,17 @@ class Published:
 
 
 def gather(storage: Storage, ledger: Ledger, job_id: str) -> tuple[JobRow, list[ShardRow], list[dict], list[dict]]:
-    """What the report is built from: the job's rows, its result documents and the pool's scale events."""
+    """What the report is built from: the job's rows, its result documents and the pool's scale events.
+    Each shard's result is read by its name (``<job>/<shard>.json``; a shard that wrote none reads as
+    missing), not found by listing ``results/<job>/``: a listing's pages cost more than the reads they
+    save, and grew faster than the shards (issue 24; bench/README.md, "Report build"). A job without shard
+    rows (pruned) has its results listed."""
     job = ledger.job(job_id) or JobRow(job_id=job_id)
     shards = sorted(ledger.shards(job_id), key=lambda r: r.shard_id)
-    wanted = (b.name for b in storage.list(names.RESULTS, f"{job_id}/")
-              if b.name.count("/") == 1 and b.name.endswith(".json"))
+    wanted: Iterable[str] = [f"{job_id}/{r.shard_id}.json" for r in shards]
+    if not shards:
+        wanted = (b.name for b in storage.list(names.RESULTS, f"{job_id}/")
+                  if b.name.count("/") == 1 and b.name.endswith(".json"))
     # one round trip per result: READERS at once, in listing order (100,000 one by one took minutes)
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="report-read") as pool:
         results = [doc for doc in pool.map(lambda name: _result(storage, name), wanted) if doc is not None]
@@ -113,18 +120,21 @@ def _analysis_of(job: JobRow) -> tuple[str, ...]:
 
 
 def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float = 60.0,
-              jobs: Iterable[JobRow] | None = None) -> list[str]:
+              jobs: Iterable[JobRow] | None = None, reported: set[str] | None = None) -> list[str]:
     """Re-enqueue reports for terminal jobs that were never reported (a lost message or a crash).
     ``jobs``: the job rows to look at (default: those that ended in the last ``REPORT_WINDOW_S``, through the
     ledger's index: the scale timer calls this every run, and a read of every terminal job would grow with
-    every job ever run; the reconciler's pass, upwell.ops.reconcile, looks further back)."""
+    every job ever run; the reconciler's pass, upwell.ops.reconcile, looks further back). ``reported``: the
+    caller's memo of the index entries (their RowKeys) whose jobs were found reported: their rows are not
+    read again (a reported job stays reported; a rerun ends under a new entry); entries that left the
+    window are dropped from it."""
     import time
 
     from upwell.results.collect import request_report
 
     ledger = ledger or Ledger(storage)
     requeued = []
-    rows = ledger.ended_jobs(REPORT_WINDOW_S) if jobs is None else jobs
+    rows = _ended_unreported(ledger, reported) if jobs is None else jobs
     for job in rows:
         if job.status not in TERMINAL_JOB or job.status == JobState.REJECTED:
             continue
@@ -138,3 +148,24 @@ def reconcile(storage: Storage, ledger: Ledger | None = None, *, stale_s: float 
         request_report(storage, job.job_id)
         requeued.append(job.job_id)
     return requeued
+
+
+def _ended_unreported(ledger: Ledger, reported: set[str] | None) -> list[JobRow]:
+    """The rows of the jobs that ended in the last ``REPORT_WINDOW_S``, less those ``reported`` already
+    names (the memo is updated: the reported ones added, the entries gone from the window dropped)."""
+    if reported is None:
+        return ledger.ended_jobs(REPORT_WINDOW_S)
+    entries = ledger.index.ended_since(REPORT_WINDOW_S)
+    reported &= {e.row_key for e in entries}
+    rows = []
+    for entry in entries:
+        if entry.row_key in reported:
+            continue
+        job = ledger.job(entry.job_id)
+        if job is None:
+            ledger.index.mend(entry, None)
+        elif job.reported:
+            reported.add(entry.row_key)
+        else:
+            rows.append(job)
+    return rows

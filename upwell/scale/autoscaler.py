@@ -2,8 +2,18 @@
 
 Pools are evaluated independently: one failing backend is logged and the others
 go on. Policy state is carried between timer runs in the scaling log
-(upwell.scalelog); every decision is recorded there too, so reports can plot
-pool size against backlog. Overlapping runs are refused.
+(upwell.scalelog); every decision that moved something is recorded there too, so
+reports can plot pool size against backlog. Overlapping runs are refused.
+
+An idle run reads only what can change without a write the run would see elsewhere (issue 24, item 4): the
+open-jobs index (a new upload, a cancel, a job ending), each pool's queue length (the signal) and the
+backend's node view. When those equal what a run found settled last time (no job, no message, the same
+nodes, and a decision that changed no state: target = nodes = last target, no vote under way), the pool's
+policy state is neither read nor written, and the nodes table is read only while the pool has nodes (a
+beat going stale is how a node dies). A state that does not change is never written (an unchanged
+decision need not be); a run that acts still claims it under its ETag. The memo of the settled inputs
+(``_Settled``) is a cache of "nothing moved", kept per process: it is never policy state, and losing it
+(a new instance) costs one full run.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from upwell import logs, names
 from upwell.errors import BudgetExceeded, ConfigError, PoolError
@@ -55,8 +65,26 @@ def _interval_s(schedule: str) -> float:
         return 30.0
 
 
+@dataclass(frozen=True)
+class _Settled:
+    """A pool's last full run that found nothing to do: the inputs it saw (``key``), its decision, and
+    whether the pool had nodes whose rows must still be read for a stale beat."""
+
+    key: tuple
+    decision: scaling.Decision
+    nodes: bool
+
+
+def _settled_key(approx: int, status: PoolStatus) -> tuple:
+    """What an idle run compares with the last settled one: the queue length and the backend's nodes."""
+    return (approx, status.target, tuple(sorted((k, str(v)) for k, v in status.nodes.items())), status.spot,
+            status.preempted, status.message)
+
+
 class Autoscaler:
-    """Keeps the pool objects and a lock against overlapping runs; all other state is in storage."""
+    """Keeps the pool objects, a lock against overlapping runs, the open jobs the last run read
+    (``open_rows``: the scale timer's waiting-manifest recheck reuses them) and, per pool, the inputs of its
+    last settled run (``_settled``, see the module docstring); all policy state is in storage."""
 
     def __init__(self, storage: Storage, settings: Settings, pools: dict[str, WorkerPool] | None = None,
                  liveness: Liveness | None = None, **pool_ctx):
@@ -69,6 +97,8 @@ class Autoscaler:
         self.pools = dict(pools or {})
         self.pool_ctx = pool_ctx
         self._lock = threading.Lock()
+        self._settled: dict[str, _Settled] = {}
+        self.open_rows: list[JobRow] | None = None
 
     def pool(self, spec: PoolSpec) -> WorkerPool:
         if spec.name not in self.pools:
@@ -85,8 +115,9 @@ class Autoscaler:
             decisions = {}
             # The open jobs once per run, not per pool, through the ledger's index (never a table scan).
             # Jobs still being ingested are read too: their shard count is written before their messages
-            # are sent (the policy's prewarm and arrivals).
-            rows = self.ledger.open_jobs(*ACTIVE, JobState.INGESTING)
+            # are sent (the policy's prewarm and arrivals). All open jobs: the timer's recheck of waiting
+            # manifests reuses this read (``open_rows``).
+            rows = self.open_rows = self.ledger.open_jobs()
             active = [j for j in rows if j.status in ACTIVE]
             ingesting = [j for j in rows if j.status == JobState.INGESTING and j.shards_total > 0]
             for name, spec in self.settings.pools.items():
@@ -100,12 +131,14 @@ class Autoscaler:
             self._lock.release()
 
     def observe(self, spec: PoolSpec, status: PoolStatus, jobs: list[JobRow], pool: WorkerPool,
-                running: list[ShardRow] | None = None, ingesting: list[JobRow] = ()) -> scaling.Observation:
+                running: list[ShardRow] | None = None, ingesting: list[JobRow] = (),
+                approx: int | None = None) -> scaling.Observation:
         """What the policy needs about one pool; ``jobs`` are the pool's active job rows, ``running`` its
-        running shard rows (read from the ledger when not given) and ``ingesting`` the rows of its jobs whose
-        shards are being enqueued. Shards of several nodes are told apart by their job rows' ``nodes``
-        (upwell.scale.gangs): no read per shard."""
-        approx = self.storage.queue_length(names.work_queue(spec.name))
+        running shard rows (read from the ledger when not given), ``ingesting`` the rows of its jobs whose
+        shards are being enqueued and ``approx`` the queue's length (read when not given). Shards of several
+        nodes are told apart by their job rows' ``nodes`` (upwell.scale.gangs): no read per shard."""
+        if approx is None:
+            approx = self.storage.queue_length(names.work_queue(spec.name))
         running = self.ledger.running(spec.name) if running is None else running
         in_flight = len(running)
         # The approximate count includes invisible (leased) messages; those are the in-flight shards.
@@ -137,13 +170,21 @@ class Autoscaler:
 
     def adapt_pool(self, spec: PoolSpec, jobs: list[JobRow], ingesting: list[JobRow] = ()) -> scaling.Decision:
         pool = self.pool(spec)
+        approx = self.storage.queue_length(names.work_queue(spec.name))
         running = self.ledger.running(spec.name, jobs)  # once per pool per run: the policy's and the backend's view
         busy = {r.node for r in running if r.node}  # a backend never removes these nodes
         status = pool.status(busy=busy)
-        obs = self.observe(spec, status, jobs, pool, running, list(ingesting))
+        key = _settled_key(approx, status)
+        quiet = self._quiet(spec.name, pool, key, status, bool(jobs or ingesting))
+        if quiet is not None:
+            return quiet
+        obs = self.observe(spec, status, jobs, pool, running, list(ingesting), approx=approx)
         state, etag = self._read_state(spec.name)
         decision = scaling.decide(spec, obs, state)
-        if not self._claim_state(spec.name, decision.state, etag):
+        # While a gang waits, ask on every run: which allocations the target holds changes with the same total.
+        waiting = any(g.waiting for g in obs.gangs)
+        acts = decision.target != status.alive or decision.target != status.target or bool(decision.gangs and waiting)
+        if (acts or decision.state != state) and not self._claim_state(spec.name, decision.state, etag):
             # Another run (the timer on one instance, an ingest nudge on another) saved its decision since
             # this one read the state: it acted on the same backlog, so this run does not act twice.
             log.info("autoscale.concurrent_run_skipped", pool=spec.name, target=decision.target)
@@ -152,9 +193,7 @@ class Autoscaler:
         # Dead and drained nodes go by id; surplus idle agents are marked draining; agents that beat are left
         # to that drain, never to scale_to's own scale-in.
         step = node_step.tend(pool, self.nodes, self.liveness, status, busy, decision.target)
-        # While a gang waits, ask on every run: which allocations the target holds changes with the same total.
-        waiting = any(g.waiting for g in obs.gangs)
-        if decision.target != status.alive or decision.target != status.target or (decision.gangs and waiting):
+        if acts:
             try:
                 pool.scale_to(decision.target, spot=decision.spot, busy=busy | step.protected,
                               gangs=gang_count.as_mapping(decision.gangs))
@@ -166,10 +205,31 @@ class Autoscaler:
         if decision.target != state.last_target or obs.backlog or decision.target != status.alive or message:
             self._record(spec.name, decision, obs, status, message)
         idle = not obs.backlog and decision.target == status.alive == state.last_target
+        if (idle and not acts and not message and not jobs and not ingesting and not approx
+                and decision.state == state and not (step.dead or step.drained or step.marked)):
+            self._settled[spec.name] = _Settled(key, decision, bool(step.protected) or status.alive > 0)
         (log.debug if idle else log.info)("autoscale.decision", pool=spec.name, target=decision.target,
                                           nodes=status.alive, visible=obs.visible, in_flight=obs.in_flight,
                                           reason=decision.reason)
         return decision
+
+    def _quiet(self, name: str, pool: WorkerPool, key: tuple, status: PoolStatus,
+               has_jobs: bool) -> scaling.Decision | None:
+        """The pool's last settled decision when nothing it saw has moved (the module docstring); None: a full
+        run is due (and the memo is dropped until one settles again)."""
+        settled = self._settled.pop(name, None)
+        if settled is None or settled.key != key or has_jobs or not self._still_settled(pool, settled, status):
+            return None
+        self._settled[name] = settled
+        return settled.decision
+
+    def _still_settled(self, pool: WorkerPool, settled: _Settled, status: PoolStatus) -> bool:
+        """An idle run over the inputs of the last settled one: its nodes' rows only while it has nodes (a
+        stale beat is a dead node, removed now). False when the node step changed anything."""
+        if not settled.nodes:
+            return True
+        step = node_step.tend(pool, self.nodes, self.liveness, status, set(), settled.decision.target)
+        return not (step.dead or step.drained or step.marked)
 
     # -- storage of state and events ------------------------------------------------------
     def _read_state(self, pool: str) -> tuple[scaling.PolicyState, str | None]:

@@ -1,4 +1,4 @@
-"""A job's report: ``reports/<job>/index.html``, ``summary.json`` and ``figures/<name>.png``.
+"""A job's report: ``reports/<job>/index.html``, ``summary.json``, ``shards.csv`` and ``figures/<name>.png``.
 
 ``build_report`` is pure apart from calling ``fetch`` (through the payload's figures
 module): it takes the ledger's typed rows (JobRow, ShardRow), the result documents
@@ -24,9 +24,10 @@ from upwell.results.figures import Figure as SectionFigure
 from upwell.results.figures import Section, sections_for
 from upwell.results.figures import declared as definition_figures
 from upwell.results.report import gantt, plots
+from upwell.results.report import table as shard_table
 from upwell.results.report.analysis import section as analysis_section
 from upwell.results.report.model import ShardView, merge
-from upwell.results.report.render import render
+from upwell.results.report.render import MAX_ROWS, render
 from upwell.results.report.summary import scale_points, summarize
 from upwell.rows import JobRow, ShardRow
 
@@ -59,8 +60,9 @@ def build_report(job: JobRow, shards: Iterable[ShardRow], results: list[dict], s
     sections = [_rendered(s, figures) for s in found]
     summary["figures"] = [f"figures/{name}" for name in figures.pngs]
     html = render(summary, sections=sections, timeline=timeline, scaling=scaling,
-                  columns=_columns(summary["shards"]))
-    files = {"index.html": html.encode("utf-8"), "summary.json": to_json(summary)}
+                  columns=_columns(summary["shards"]), shown=shard_table.shown(summary["shards"], MAX_ROWS))
+    files = {"index.html": html.encode("utf-8"), "summary.json": to_json(summary),
+             "shards.csv": shard_table.to_csv(summary["shards"])}
     files.update({f"figures/{name}": png for name, png in figures.pngs.items()})
     return files
 

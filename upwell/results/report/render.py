@@ -78,10 +78,11 @@ def environment() -> jinja2.Environment:
 
 
 MAX_FAILURES = 50  # shown in full (error and stderr); the rest by id
-MAX_ROWS = 1000  # shard table rows; summary.json has every shard
+MAX_ROWS = 1000  # shard table rows (upwell.results.report.table); summary.json and shards.csv have every shard
 
 
 def render(summary: dict, **extra: Any) -> str:
+    """The page; ``shown`` is the shard table's rows (default: every shard)."""
     extra.setdefault("max_failures", MAX_FAILURES)
-    extra.setdefault("max_rows", MAX_ROWS)
+    extra.setdefault("shown", summary.get("shards") or [])
     return environment().get_template("report.html.j2").render(s=summary, **extra)
