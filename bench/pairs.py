@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -71,3 +72,17 @@ def repeats_for(one_s: float, target_s: float, cap: int = 100_000) -> int:
     if one_s <= 0:
         return cap
     return max(1, min(cap, math.ceil(target_s / one_s)))
+
+
+def calibrate(step: Callable[[], object], target_s: float, clock: Callable[[], float] = time.perf_counter) -> int:
+    """Repetitions of ``step`` that make a sample of at least ``target_s`` on ``clock``: timed over doubling
+    runs until one takes a tenth of the target, so one step caught by a busy moment does not size the sample."""
+    reps = 1
+    while True:
+        started = clock()
+        for _ in range(reps):
+            step()
+        took = clock() - started
+        if took >= target_s / 10 or reps >= 1 << 20:
+            return max(reps, repeats_for(took / reps, target_s))
+        reps *= 2
