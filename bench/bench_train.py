@@ -12,11 +12,12 @@ batches. Three ratios, each the median of the per-pair ratios (``bench/pairs.py`
 Why the figures hold from run to run: both sides run with the same number of torch threads (``--threads``,
 passed to the payload as ``OMP_NUM_THREADS``; 1 by default, because two OpenMP threads on a two-core machine
 shared with anything else wait on each other at every step, and an epoch then took 0.06 s or 7 s); each
-sample is ``--epochs`` epochs, about 2–3 s of training, not the 0.6 s loop that read 0.97 in one run and 0.84
-in the next; one untimed epoch of each side runs first (the bare loop's warm-up stays out of its timing; the
-payload's own process start is what its ``wall`` figure measures); and the two sides alternate, pair by pair.
+sample is ``--epochs`` epochs, 2–3 s of training on one quiet core, not the 0.6 s loop that read 0.97 in one
+run and 0.84 in the next; both sides train in a fresh process and session of their own (see ``bare_process``),
+after an untimed one-epoch run of each (the imports and data read from disk); and the two sides alternate,
+pair by pair.
 
-    .venv/bin/python bench/bench_train.py [--epochs 30] [--pairs 3] [--threads 1] [--arch cnn] [--batch-size 64]
+    .venv/bin/python bench/bench_train.py [--epochs 50] [--pairs 3] [--threads 1] [--arch cnn] [--batch-size 64]
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ def bare(p: TrainParams) -> dict:
 def bare_process(p: TrainParams) -> dict:
     """``bare`` in a process and session of its own, as the launcher starts the payload (``start_new_session``):
     with the kernel's autogroup scheduling, a session is one group with one fair share of the CPUs, so a bare
-    loop in the bench's own session ran 2.5 times slower than the payload beside it on a busy machine. The
-    child trains one untimed epoch first, so the timing leaves the warm-up out."""
+    loop in the bench's own session ran 2.5 times slower than the payload beside it on a busy machine. Like
+    the payload, the child starts cold: its first steps' lazy set-up counts on both sides alike."""
     proc = subprocess.run([sys.executable, __file__, "--bare-child", p.model_dump_json()], capture_output=True,
                           text=True, start_new_session=True, env=os.environ.copy())
     if proc.returncode != 0:
@@ -77,9 +78,7 @@ def bare_process(p: TrainParams) -> dict:
 
 
 def _bare_child(params: str) -> None:
-    p = TrainParams.model_validate_json(params)
-    bare(p.model_copy(update={"epochs": 1}))
-    print(json.dumps(bare(p)))
+    print(json.dumps(bare(TrainParams.model_validate_json(params))))
 
 
 def payload(p: TrainParams) -> dict:
@@ -106,7 +105,7 @@ def ratios(runs_b: list[dict], runs_p: list[dict]) -> tuple[dict, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=30, help="epochs per sample (about 2-3 s of training)")
+    parser.add_argument("--epochs", type=int, default=50, help="epochs per sample (2-3 s of training)")
     parser.add_argument("--arch", default="cnn", choices=["cnn", "mlp"])
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--pairs", type=int, default=3, help="bare/payload pairs; the median pair ratio is kept")
@@ -118,7 +117,8 @@ def main() -> None:
         return _bare_child(args.bare_child)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # read by torch in both children; the launcher keeps it
     p = TrainParams(epochs=args.epochs, arch=args.arch, batch_size=args.batch_size)
-    payload(p.model_copy(update={"epochs": 1}))  # untimed: the imports read from disk once
+    warm = p.model_copy(update={"epochs": 1})
+    bare_process(warm), payload(warm)  # untimed warm-up: the imports and the data read from disk once
     runs_b, runs_p = interleave(lambda: bare_process(p), lambda: payload(p), args.pairs)
     per, med = ratios(runs_b, runs_p)
     b = {k: statistics.median(r[k] for r in runs_b) for k in (*FIGURES, "loop_s")}
