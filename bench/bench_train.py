@@ -13,7 +13,7 @@ Why the figures hold from run to run: both sides run with the same number of tor
 passed to the payload as ``OMP_NUM_THREADS``; 1 by default, because two OpenMP threads on a two-core machine
 shared with anything else wait on each other at every step, and an epoch then took 0.06 s or 7 s); each
 sample is ``--epochs`` epochs, 2–3 s of training on one quiet core, not the 0.6 s loop that read 0.97 in one
-run and 0.84 in the next; both sides train in a fresh process and session of their own (see ``bare_process``),
+run and 0.84 in the next; both sides train in a fresh process, each started with setsid (``bare_process``),
 after an untimed one-epoch run of each (the imports and data read from disk); and the two sides alternate,
 pair by pair.
 
@@ -66,9 +66,10 @@ def bare(p: TrainParams) -> dict:
 
 
 def bare_process(p: TrainParams) -> dict:
-    """``bare`` in a process and session of its own, as the launcher starts the payload (``start_new_session``):
-    with the kernel's autogroup scheduling, a session is one group with one fair share of the CPUs, so a bare
-    loop in the bench's own session ran 2.5 times slower than the payload beside it on a busy machine. Like
+    """``bare`` in a process of its own started with setsid, as the launcher starts the payload
+    (``start_new_session``): with the kernel's autogroup scheduling, each setsid group is one scheduling group
+    with one fair share of the CPUs, so a bare loop in the bench's own group ran 2.5 times slower than the
+    payload beside it on a busy machine. Like
     the payload, the child starts cold: its first steps' lazy set-up counts on both sides alike."""
     proc = subprocess.run([sys.executable, __file__, "--bare-child", p.model_dump_json()], capture_output=True,
                           text=True, start_new_session=True, env=os.environ.copy())
