@@ -44,8 +44,10 @@ def one(stack: LocalStack, ledger: Ledger, k: int, timeout: float = 60.0) -> dic
     job = job_id_for(name, etag)
     while time.time() - t0 < timeout:
         for row in ledger.shards(job):
-            if row.first_started_at:
-                j = ledger.job(job)
+            j = ledger.job(job) if row.first_started_at else None
+            # The job row is written before its work items are sent and marked accepted after: on a busy
+            # machine the agent can start the shard first, so wait for both times.
+            if j is not None and j.accepted_at:
                 return {"ingest_started": _ts(j.created_at) - t0, "enqueued": _ts(j.accepted_at) - t0,
                         "started": _ts(row.first_started_at) - t0}
         time.sleep(0.02)

@@ -1,10 +1,16 @@
-"""Pipeline throughput and ingest bandwidth, each as a ratio against a bare baseline in the same run.
+"""Pipeline throughput and ingest bandwidth, each as a ratio against a bare baseline in interleaved pairs.
 
 1. work items/s through the pipeline (ingest -> queue -> agent -> result -> collect), against
-   bare Azurite send + receive + delete round trips of the same number of messages;
+   bare Azurite send + receive + delete round trips;
 2. ingest MB/s (validate + shard + write shards) against a plain download of the same blob.
 
-Run: .venv/bin/python bench/bench_pipeline.py [--items 60] [--mb 16] [--slots 4] [--calls]
+Each baseline and its subject alternate in ``--pairs`` pairs against the same Azurite (``bench/pairs.py``),
+each sample at least ``--sample-s`` seconds of work (the bare loop sends as many messages, the plain read
+reads the blob as many times, and ingest takes as many fresh uploads of the same bytes, as fill it; a
+pipeline sample is ``--items`` work items), after an untimed warm-up of each; the ratio is the median of
+the per-pair ratios.
+
+Run: .venv/bin/python bench/bench_pipeline.py [--items 60] [--mb 16] [--pairs 3] [--slots 4] [--calls]
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import io
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -21,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.pairs import calibrate, interleave, pair_ratios
 from upwell import names
 from upwell.ingest.ingestor import Ingestor
 from upwell.local import azurite
@@ -30,15 +38,30 @@ from upwell.storage import Storage
 from workers.agent import Agent, AgentConfig
 
 
-def bare_queue(store: Storage, n: int) -> float:
-    q = store.queue("bench-bare")
-    q.create_queue() if not _exists(q) else q.clear_messages()
+def bare_queue(q, n: int) -> float:
+    """msg/s of ``n`` send + receive + delete round trips on queue client ``q``."""
     t = time.perf_counter()
     for i in range(n):
         q.send_message(f'{{"i": {i}}}')
         m = q.receive_message(visibility_timeout=30)
         q.delete_message(m)
     return n / (time.perf_counter() - t)
+
+
+def throughput(store: Storage, items: int, pairs: int, target_s: float, slots: int) -> dict:
+    """Pipeline items/s ÷ bare msg/s, in interleaved pairs; the storage calls of every pipeline sample counted."""
+    q = store.queue("bench-bare")
+    q.create_queue() if not _exists(q) else q.clear_messages()
+    bare_n = calibrate(lambda: bare_queue(q, 1), target_s)  # also the bare loop's warm-up
+    pipeline(store, 2, slots=slots)  # untimed: the first ingest, agent and collect
+    counter = CallCounter()
+    bare, pipe = interleave(lambda: bare_queue(q, bare_n), lambda: pipeline(store, items, counter, slots), pairs)
+    per = pair_ratios(pipe, bare)
+    return {"items": items, "pairs": pairs, "bare_messages": bare_n, "slots": slots,
+            "items_per_s": statistics.median(pipe), "bare_msg_per_s": statistics.median(bare),
+            "ratio": statistics.median(per), "pair_ratios": per, "items_per_s_samples": pipe, "bare_samples": bare,
+            "storage_calls_per_item": counter.total / (items * pairs), "storage_calls": counter.calls,
+            "storage_calls_by_stage": counter.detail}
 
 
 def _exists(q) -> bool:
@@ -104,6 +127,7 @@ def _what(url: str) -> str:
 
 
 def pipeline(store: Storage, n: int, counter: CallCounter | None = None, slots: int = 1) -> float:
+    """Items/s of one ``n``-point sweep through ingest, an agent in this process, and collect."""
     grid = ", ".join(f"{3.0 + i / (10 * n):.6f}" for i in range(n))
     name = f"bench/{time.time_ns()}/job.yaml"
     store.blob(names.INCOMING, name).upload_blob(
@@ -114,44 +138,77 @@ def pipeline(store: Storage, n: int, counter: CallCounter | None = None, slots: 
         counter.phase = "ingest"
         out = Ingestor(store, Settings()).ingest(name)
         counter.phase = "agent"
-        agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=0.01, poll_s=0.01, slots=slots),
-                      Settings())
+        # The agent stops at n items. It is not told to leave when idle for 0.01 s: after each item it checks
+        # its idle time once more, so a node-row refresh slower than that on a busy machine sent it away after
+        # one or two items; 5 s is only the bound should an item never come.
+        agent = Agent(store, AgentConfig(pool="cpu", node_id="bench", idle_exit_s=5.0, poll_s=0.01, slots=slots,
+                                         max_items=n), Settings())
         agent.run()
+        processed = agent.processed
         counter.phase = "collect"
         for blob in list(store.list(names.RESULTS, f"{out.job_id}/")):
             if blob.name.count("/") == 1:
                 collect(store, blob.name)
     elapsed = time.perf_counter() - t
-    assert agent.processed == n, agent.processed
+    assert processed == n, processed
     return n / elapsed
 
 
-def ingest_bandwidth(store: Storage, mb: int) -> tuple[float, float]:
+def csv_bytes(mb: int) -> bytes:
+    """A 4-column instrument CSV of about ``mb`` MB."""
     rows = io.StringIO()
     rows.write("time,heave,pitch,roll\n")
     i = 0
     while rows.tell() < mb * 1_000_000:
         rows.write(f"{i * 0.05:.2f},{(i % 97) * 0.013:.5f},{(i % 31) * 0.021:.5f},{(i % 13) * 0.07:.5f}\n")
         i += 1
-    data = rows.getvalue().encode()
+    return rows.getvalue().encode()
+
+
+def ingest_bandwidth(store: Storage, mb: int, pairs: int, target_s: float) -> dict:
+    """Ingest MB/s ÷ plain-read MB/s of the same blob, in interleaved pairs. Each ingest takes a fresh upload
+    of the same bytes (a new ETag, so a new job; the upload is not timed)."""
+    data = csv_bytes(mb)
     store.write(f"{names.PIPELINES}/bench.yaml", b"match: 'benchdrop/*.csv'\npayload: channel-stats\n"
                 b"columns: {time: float, heave: float, pitch: float, roll: float}\nshard: {rows: 50000}\n")
     name = f"benchdrop/{time.time_ns()}.csv"
-    store.blob(names.INCOMING, name).upload_blob(data)
-    t = time.perf_counter()
-    store.read(f"{names.INCOMING}/{name}")
-    plain = len(data) / (time.perf_counter() - t) / 1e6
-    t = time.perf_counter()
-    out = Ingestor(store, Settings(max_upload_bytes=1 << 34)).ingest(name)
-    ingest = len(data) / (time.perf_counter() - t) / 1e6
-    assert out.status == "accepted", out
-    return ingest, plain
+    blob = store.blob(names.INCOMING, name)
+    settings = Settings(max_upload_bytes=1 << 34)
+
+    def read() -> None:
+        store.read(f"{names.INCOMING}/{name}")
+
+    def ingest() -> float:  # seconds of one ingest of a fresh upload
+        blob.upload_blob(data, overwrite=True)
+        t = time.perf_counter()
+        out = Ingestor(store, settings).ingest(name)
+        took = time.perf_counter() - t
+        assert out.status == "accepted", out
+        return took
+
+    blob.upload_blob(data, overwrite=True)
+    reads = calibrate(read, target_s)  # also the plain read's warm-up
+    ingests = max(1, round(target_s / ingest()) + 1)  # the first ingest: untimed warm-up and the sample's size
+
+    def plain_rate() -> float:
+        t = time.perf_counter()
+        for _ in range(reads):
+            read()
+        return reads * len(data) / (time.perf_counter() - t) / 1e6
+
+    plain, ing = interleave(plain_rate, lambda: ingests * len(data) / sum(ingest() for _ in range(ingests)) / 1e6,
+                            pairs)
+    per = pair_ratios(ing, plain)
+    return {"mb": mb, "pairs": pairs, "reads": reads, "ingests": ingests, "mb_per_s": statistics.median(ing),
+            "plain_mb_per_s": statistics.median(plain), "ratio": statistics.median(per), "pair_ratios": per}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--items", type=int, default=60)
     p.add_argument("--mb", type=int, default=16)
+    p.add_argument("--pairs", type=int, default=3, help="baseline/subject pairs; the median pair ratio is kept")
+    p.add_argument("--sample-s", type=float, default=2.0, help="seconds of work in each baseline sample (at least)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--slots", type=int, default=1, help="work items the agent runs at once (a pool's tasks per node)")
     p.add_argument("--calls", action="store_true", help="also print the storage calls per item by stage and kind")
@@ -162,26 +219,23 @@ def main() -> None:
     with azurite.start_on_free_ports(Path(tempfile.mkdtemp()), in_memory=True) as az:
         store = Storage(az.connection_string)
         store.ensure()
-        base = bare_queue(store, args.items)
-        counter = CallCounter()
-        pipe = pipeline(store, args.items, counter, slots=args.slots)
-        ing, plain = ingest_bandwidth(store, args.mb)
-    print(f"pipeline  {pipe:8.2f} items/s  vs bare Azurite send+receive+delete {base:8.2f} msg/s  "
-          f"ratio {pipe / base:.3f}")
-    kinds = ", ".join(f"{k} {v / args.items:.1f}" for k, v in sorted(counter.calls.items()))
-    print(f"storage   {counter.total / args.items:.1f} calls per item ({kinds})")
+        pipe = throughput(store, args.items, args.pairs, args.sample_s, args.slots)
+        ing = ingest_bandwidth(store, args.mb, args.pairs, args.sample_s)
+    print(f"pipeline  {pipe['items_per_s']:8.2f} items/s  vs bare Azurite send+receive+delete "
+          f"{pipe['bare_msg_per_s']:8.2f} msg/s  ratio {pipe['ratio']:.3f}, median of pairs "
+          + " ".join(f"{x:.3f}" for x in pipe["pair_ratios"]))
+    kinds = ", ".join(f"{k} {v / (args.items * args.pairs):.1f}" for k, v in sorted(pipe["storage_calls"].items()))
+    print(f"storage   {pipe['storage_calls_per_item']:.1f} calls per item ({kinds})")
     if args.calls:
-        for key, v in sorted(counter.detail.items()):
-            print(f"          {v / args.items:5.2f}  {key}")
-    print(f"ingest    {ing:8.2f} MB/s     vs plain blob read {plain:8.2f} MB/s  ratio {ing / plain:.3f}")
+        for key, v in sorted(pipe["storage_calls_by_stage"].items()):
+            print(f"          {v / (args.items * args.pairs):5.2f}  {key}")
+    print(f"ingest    {ing['mb_per_s']:8.2f} MB/s     vs plain blob read {ing['plain_mb_per_s']:8.2f} MB/s  "
+          f"ratio {ing['ratio']:.3f}, median of pairs " + " ".join(f"{x:.3f}" for x in ing["pair_ratios"])
+          + f" ({ing['ingests']} ingests against {ing['reads']} reads a sample)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "pipeline": {"items": args.items, "warm_runner": not args.cold, "slots": args.slots, "items_per_s": pipe,
-                         "bare_msg_per_s": base, "ratio": pipe / base,
-                         "storage_calls_per_item": counter.total / args.items,
-                         "storage_calls": counter.calls, "storage_calls_by_stage": counter.detail},
-            "ingest": {"mb": args.mb, "mb_per_s": ing, "plain_mb_per_s": plain, "ratio": ing / plain}}, indent=1))
+        args.json.write_text(json.dumps({"pipeline": {**pipe, "warm_runner": not args.cold}, "ingest": ing},
+                                        indent=1))
 
 
 if __name__ == "__main__":

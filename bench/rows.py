@@ -1,12 +1,15 @@
 """Turn each benchmark's JSON into rows of one table: measure, figure, baseline, ratio, goal.
 
-A goal is ``(">=", 0.5)`` or ``("<=", 0.7)``; ``met`` says whether the ratio reaches it.
+A goal is ``(">=", 0.5)`` or ``("<=", 0.7)``; ``met`` says whether the ratio reaches it. A row without a
+ratio (seconds, counts) carries its number in ``value``, so repeated runs still show their spread.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+
+from bench import pairs
 
 
 def _row(measure: str, figure: str, baseline: str, ratio: float | None, goal: tuple[str, float] | None) -> dict:
@@ -29,7 +32,8 @@ def _pipeline(f: dict) -> list[dict]:
 def _heat(f: dict) -> list[dict]:
     bw, rk = f["bandwidth"], f["ranks"]
     kernel = f", {bw['kernel']} kernel" if "kernel" in bw else ""
-    return [_row(f"heat stencil GB/s ÷ numpy copy ({bw['n']}²{kernel})", f"{bw['stencil_GBps']:.2f} GB/s",
+    how = f", CPU time, {bw['pairs']} pairs" if "pairs" in bw else ""
+    return [_row(f"heat stencil GB/s ÷ numpy copy ({bw['n']}²{kernel}{how})", f"{bw['stencil_GBps']:.2f} GB/s",
                  f"{bw['copy_GBps']:.2f} GB/s", bw["stencil_over_copy"], (">=", 0.5)),
             _row(f"heat-mpi 2 ranks ÷ 1 rank ({rk['nx']}², identical: {rk['fields_identical']})",
                  f"{rk['cells_per_second_2']:.3g} cells/s", f"{rk['cells_per_second_1']:.3g} cells/s",
@@ -37,17 +41,17 @@ def _heat(f: dict) -> list[dict]:
 
 
 def _train(f: dict) -> list[dict]:
+    """bench_train: the medians of the interleaved pairs' ratios, and the median samples/s of each side."""
     r = f["ratios"]
-    best = {k: max(x[k] for x in f["payload"]) for k in ("loop", "step")}
-    bare = {k: max(x[k] for x in f["bare"]) for k in ("loop", "step")}
-    # Each loop over its own optimizer steps: what the payload adds around the steps, robust to a machine
-    # whose load changes between the two runs.
-    own = (best["loop"] / best["step"]) / (bare["loop"] / bare["step"])
-    return [_row("train-torch loop ÷ bare loop", f"{best['loop']:,.0f} samples/s", f"{bare['loop']:,.0f} samples/s",
-                 r["loop"], (">=", 0.95)),
-            _row("train-torch (loop ÷ steps) ÷ bare (loop ÷ steps)", f"{best['loop'] / best['step']:.3f}",
-                 f"{bare['loop'] / bare['step']:.3f}", own, (">=", 0.95)),
-            _row("train-torch steps ÷ bare steps", f"{best['step']:,.0f} samples/s", f"{bare['step']:,.0f} samples/s",
+    pay = {k: statistics.median(x[k] for x in f["payload"]) for k in ("loop", "step")}
+    bare = {k: statistics.median(x[k] for x in f["bare"]) for k in ("loop", "step")}
+    n = f"{len(f['payload'])} pairs, {f.get('threads', '?')} thread(s)"
+    return [_row(f"train-torch loop ÷ bare loop ({n})", f"{pay['loop']:,.0f} samples/s",
+                 f"{bare['loop']:,.0f} samples/s", r["loop"], (">=", 0.95)),
+            # Each loop over its own optimizer steps: what the payload adds around the steps.
+            _row("train-torch (loop ÷ steps) ÷ bare (loop ÷ steps)", f"{pay['loop'] / pay['step']:.3f}",
+                 f"{bare['loop'] / bare['step']:.3f}", r["own"], (">=", 0.95)),
+            _row("train-torch steps ÷ bare steps", f"{pay['step']:,.0f} samples/s", f"{bare['step']:,.0f} samples/s",
                  r["step"], None)]
 
 
@@ -70,8 +74,10 @@ def _latency(f: dict) -> list[dict]:
     s = f["upload_to_start_s"]
     median = statistics.median(s)
     return [{**_row(f"upload → shard started, warm pool, median of {len(s)} (goal ≤ 2 s)", f"{median:.2f} s",
-                    f"p90 {sorted(s)[int(0.9 * (len(s) - 1))]:.2f} s", None, None), "met": median <= 2.0},
-            _row("upload → shard started, cold pool", f"{f['cold_s']:.2f} s", "", None, None)]
+                    f"p90 {sorted(s)[int(0.9 * (len(s) - 1))]:.2f} s", None, None), "met": median <= 2.0,
+             "value": median},
+            {**_row("upload → shard started, cold pool", f"{f['cold_s']:.2f} s", "", None, None),
+             "value": f["cold_s"]}]
 
 
 def _scale(f: dict) -> list[dict]:
@@ -131,21 +137,31 @@ ROWS: dict[str, Callable[[dict], list[dict]]] = {"pipeline": _pipeline, "heat": 
                                                   "scale": _scale}
 
 
+def _value(row: dict) -> float | None:
+    """The number a row's spread is taken over: its ratio, or, for a row of seconds or counts, its value."""
+    return row["ratio"] if row["ratio"] is not None else row.get("value")
+
+
 def spread(runs: list[list[dict]]) -> list[dict]:
-    """Rows of repeated runs of one bench as one: the median ratio, and the spread (max − min) ÷ median of
-    the ratios in ``spread``; the figures of the run whose ratio is the median."""
+    """Rows of repeated runs of one bench as one: the median ratio (or value), the spread (max − min) ÷ median
+    of the runs' ratios (or values) in ``spread``, ``unstable`` when it is over ``pairs.STABLE``, and the
+    figures of the run whose ratio (or value) is the median."""
     out = []
     for same in zip(*runs, strict=False):
-        ratios = [r["ratio"] for r in same if r["ratio"] is not None]
-        if not ratios:
-            out.append({**same[0], "spread": None, "runs": len(same)})
+        values = [v for v in map(_value, same) if v is not None]
+        if not values:
+            out.append({**same[0], "spread": None, "unstable": False, "runs": len(same)})
             continue
-        median = statistics.median(ratios)
-        pick = min(same, key=lambda r: abs((r["ratio"] if r["ratio"] is not None else 1e18) - median))
+        median = statistics.median(values)
+        pick = min(same, key=lambda r: abs(v - median) if (v := _value(r)) is not None else float("inf"))
+        s = pairs.spread(values)
+        row = {**pick, "runs": len(same), "spread": s, "unstable": s is not None and s > pairs.STABLE}
+        if pick["ratio"] is None:  # seconds or a count: the median run's figures, met as that run says
+            out.append({**row, "value": median})
+            continue
         goal = pick["goal"].split() if pick["goal"] else None
         met = None if not goal else (median >= float(goal[1]) if goal[0] == ">=" else median <= float(goal[1]))
-        out.append({**pick, "ratio": median, "met": met, "runs": len(same),
-                    "spread": (max(ratios) - min(ratios)) / median if median else None})
+        out.append({**row, "ratio": median, "met": met})
     return out
 
 
@@ -180,7 +196,10 @@ def render(table: list[dict], summary: dict) -> str:
     for r in table:
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
         met = {True: "yes", False: "no", None: ""}[r["met"]]
-        spread_ = f"{100 * r['spread']:.1f}%" if r.get("spread") is not None else ""
+        spread_ = "" if r.get("spread") is None else f"{100 * r['spread']:.1f}%" + ("!" if r.get("unstable") else "")
         lines.append(f"{r['measure']:<{w}}  {r['figure']:>28}  {r['baseline']:>18}  {ratio:>7}  {spread_:>7}  "
                      f"{r['goal']:>7}  {met}")
+    unstable = [r["measure"] for r in table if r.get("unstable")]
+    if unstable:
+        lines.append(f"spread over {100 * pairs.STABLE:g}% between runs (!): " + "; ".join(unstable))
     return "\n".join(lines)

@@ -7,8 +7,9 @@ machine load and every figure are also written to ``bench/out/summary.json``.
 
     .venv/bin/python bench/run_all.py [--only pipeline,heat] [--repeat 3] [--out bench/out]
 
-With ``--repeat k`` each bench but those in ONCE runs k times; its row shows the median ratio and the
-spread of the k ratios, (max − min) ÷ median: two runs on a quiet machine should agree within 5%.
+With ``--repeat k`` each bench but those in ONCE runs k times; each row shows the median ratio and the
+spread of the k ratios, (max − min) ÷ median (a row of seconds: of its seconds). Two runs on a quiet machine
+should agree within 5% (``bench.pairs.STABLE``): a row over it is marked ``!`` and listed under the table.
 """
 
 from __future__ import annotations
