@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import yaml
 
+from tests.pipeline_helpers import module_azurite
 from upwell import names
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
@@ -21,6 +22,9 @@ from upwell.results.status import job_status
 from upwell.settings import Settings
 from upwell.storage import Storage
 from workers.agent import Agent, AgentConfig
+
+# its own Azurite: the estimate below is the manifest's alone, with no other test's logistic jobs as history
+azurite = module_azurite("blocks")
 
 # grid order: the last key runs fastest, so blocks of 3 are [(0, 3.2), (0, 3.5), (1, 3.2)] and
 # [(1, 3.5), (100, 3.2), (100, 3.5)]: a point that fails its first attempt in each, two that always fail in the second
