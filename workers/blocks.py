@@ -71,7 +71,8 @@ def run_block(item: WorkItem, workdir: Path, *, save: Callable[[Path], Any], sta
     ``stage_out(item, artifacts, out_dir)`` uploads a point's outputs. ``launch``: the launcher's keywords."""
     run = _Block(item, Path(workdir), resume_dir, stop, on_tick, tick_s)
     for j in range(len(item.points)):
-        if run.state.get(str(j), {}).get("status") == "succeeded" or run.state.get(str(j), {}).get("permanent"):
+        ended = run.state.get(str(j), {})
+        if ended.get("status") == "succeeded" or ended.get("permanent"):
             continue
         if run.stopping():
             return run.result("preempted")
@@ -112,7 +113,9 @@ class _Block:
         self.ckpt.mkdir(parents=True, exist_ok=True)
         if resume_dir is not None and Path(resume_dir).is_dir():
             shutil.copytree(resume_dir, self.ckpt, dirs_exist_ok=True)
-        self.state: dict[str, dict] = read_json(self.ckpt / STATE).get("points") or {}
+        kept = read_json(self.ckpt / STATE)  # read once: the points that ended and the one stopped part-way
+        self.state: dict[str, dict] = kept.get("points") or {}
+        self.current = kept.get("current")
         self.resumed = sum(1 for e in self.state.values() if e.get("status") == "succeeded")
         self.runs: list[LaunchResult] = []
         self.saves, self.last_tick = 0, time.monotonic()
@@ -127,7 +130,7 @@ class _Block:
     def point_resume(self, j: int) -> Path | None:
         """The point's own checkpoint, when it was the one stopped part-way."""
         kept = self.ckpt / POINT
-        return kept if read_json(self.ckpt / STATE).get("current") == j and kept.is_dir() else None
+        return kept if self.current == j and kept.is_dir() else None
 
     def ran(self, r: LaunchResult) -> None:
         self.runs.append(r)
