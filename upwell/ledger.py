@@ -1,9 +1,11 @@
-"""The ledger: Table `jobs`, one job row (RowKey "job") and one row per shard.
+"""The ledger: Table `jobs`, one job row (RowKey "job"), its counter rows ("job.c00".., upwell.counters)
+and one row per shard.
 
 Every write that two workers can race on is ETag-conditional. A shard's final
-transition and the job's counters change in ONE entity-group transaction (they
-share the PartitionKey), so a shard is counted exactly once and exactly one
-caller sees the job become terminal.
+transition and its count change in ONE entity-group transaction (they share the
+PartitionKey) of the shard row and one counter row, so a shard is counted exactly
+once; the job's end is one conditional write, so exactly one caller sees the job
+become terminal (upwell.jobcounts).
 
 Reads return typed rows (upwell.rows); every method raises only upwell errors
 (TransientError, NotFound, Conflict, StorageError), each with the service's code.
@@ -15,7 +17,6 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from dataclasses import fields as row_fields
 from datetime import datetime
 from enum import StrEnum
@@ -29,13 +30,13 @@ from azure.core.exceptions import (
     ResourceModifiedError,
     ResourceNotFoundError,
 )
-from azure.data.tables import TableTransactionError, UpdateMode
+from azure.data.tables import UpdateMode
 
-from upwell import names, shardbatch
+from upwell import counters, names, shardbatch
 from upwell.errors import TransientError
+from upwell.jobcounts import Completion, JobCounts, conflict
 from upwell.jobindex import ENDED_STATES, JobIndex
 from upwell.rows import (
-    FAILED_KEPT,
     TERMINAL_JOB,
     TERMINAL_SHARD,
     JobRow,
@@ -51,19 +52,7 @@ __all__ = ["TERMINAL_JOB", "TERMINAL_SHARD", "Completion", "JobRow", "JobState",
 _RETRIES = 20
 
 
-@dataclass(frozen=True)
-class Completion:
-    """What finishing one shard did to its job."""
-
-    counted: bool  # False: the shard was already terminal (a duplicate)
-    job_done: bool  # True for exactly one caller per job
-    job_status: str
-
-
-def _conflict(exc: Exception) -> bool:
-    if isinstance(exc, ResourceModifiedError | TableTransactionError):
-        return True
-    return isinstance(exc, HttpResponseError) and exc.status_code in (409, 412)
+_conflict = conflict  # the one test of "another writer got there first" (upwell.jobcounts)
 
 
 @contextmanager
@@ -82,7 +71,7 @@ def _history(row: ShardRow, status: str, keep: int = 20) -> str:
     return json.dumps(past[-keep:])
 
 
-_SHARD_ROWS = "PartitionKey eq @pk and RowKey ne @job"
+_SHARD_ROWS = counters.SHARD_ROWS  # a job's partition less its own range: the job row and its counter rows
 
 
 class Ledger:
@@ -92,14 +81,12 @@ class Ledger:
     def __init__(self, storage: Storage):
         self.table = storage.table(names.JOBS_TABLE)
         self.index = JobIndex(storage)
+        self.counts = JobCounts(self.table, self.index)
 
     # -- reads -----------------------------------------------------------------
     def job(self, job_id: str) -> JobRow | None:
-        with _funnel(f"read job {job_id}"):
-            try:
-                return JobRow.from_entity(self.table.get_entity(job_id, names.JOB_ROW))
-            except ResourceNotFoundError:
-                return None
+        """The job row summed with its counter rows (upwell.counters): one range query of its partition."""
+        return self.counts.read(job_id)
 
     def shard(self, job_id: str, shard_id: str) -> ShardRow | None:
         with _funnel(f"read shard {job_id}/{shard_id}"):
@@ -111,7 +98,7 @@ class Ledger:
     def shards(self, job_id: str) -> list[ShardRow]:
         """The job's shard rows, in shard id order."""
         with _funnel(f"list shards of {job_id}"):
-            rows = self.table.query_entities(_SHARD_ROWS, parameters={"pk": job_id, "job": names.JOB_ROW})
+            rows = self.table.query_entities(_SHARD_ROWS, parameters=counters.range_params(job_id))
             return [ShardRow.from_entity(r) for r in rows]
 
     def shard_page(self, job_id: str, after: str = "", limit: int = 100) -> tuple[list[ShardRow], str]:
@@ -124,7 +111,7 @@ class Ledger:
             pages = self.table.query_entities("PartitionKey eq @pk and RowKey gt @after", results_per_page=limit,
                                               parameters={"pk": job_id, "after": after}).by_page()
             for page in pages:
-                rows += [ShardRow.from_entity(e) for e in page if e["RowKey"] != names.JOB_ROW]
+                rows += [ShardRow.from_entity(e) for e in page if not counters.in_job_range(e["RowKey"])]
                 if len(rows) >= limit:
                     break
         rows = rows[:limit]
@@ -182,7 +169,7 @@ class Ledger:
         """(claim's place, shard id) of the job's shards that an agent works on now (ShardRow.claimed_running)."""
         with _funnel(f"list running shards of {job_id}"):
             shards = [ShardRow.from_entity(r) for r in self.table.query_entities(
-                f"{_SHARD_ROWS} and status eq @s", parameters={"pk": job_id, "job": names.JOB_ROW,
+                f"{_SHARD_ROWS} and status eq @s", parameters={**counters.range_params(job_id),
                                                               "s": ShardState.RUNNING.value})]
         return [(s.claim_place, s.shard_id) for s in shards if s.claimed_running]
 
@@ -195,7 +182,7 @@ class Ledger:
         with _funnel(f"list running shards of pool {pool}"):
             for job in jobs:
                 rows = self.table.query_entities(f"{_SHARD_ROWS} and status eq @s and pool eq @p",
-                                                 parameters={"pk": job.job_id, "job": names.JOB_ROW,
+                                                 parameters={**counters.range_params(job.job_id),
                                                              "s": ShardState.RUNNING.value, "p": pool})
                 out += [ShardRow.from_entity(r) for r in rows]
         return out
@@ -426,60 +413,21 @@ class Ledger:
 
     def finish_shard(self, job_id: str, shard_id: str, status: ShardState | str, fields: dict, *,
                      cost_usd: float = 0.0, shard: ShardRow | None = None, job: JobRow | None = None) -> Completion:
-        """Make a shard terminal and count it on the job row, atomically.
+        """Make a shard terminal and count it on one of its job's counter rows, atomically; the caller that
+        sees every shard counted writes the job's end, once (upwell.jobcounts). ``shard``, ``job``: rows the
+        caller already holds, with their ETags, tried first (a stale one fails its condition and is read again)."""
+        return self.counts.finish(job_id, shard_id, ShardState(status), fields, cost_usd, shard=shard, job=job)
 
-        ``shard``, ``job``: rows the caller already holds, with their ETags; the first transaction is tried
-        on them instead of reading both again (a stale one only fails its condition: then both are read)."""
-        status = ShardState(status)
-        if status not in TERMINAL_SHARD:
-            raise ValueError(f"finish_shard: {status.value!r} is not a terminal shard state")
-        with _funnel(f"finish shard {job_id}/{shard_id}"):
-            for _ in range(_RETRIES):
-                try:
-                    shard_row = shard if shard is not None and shard.etag else \
-                        ShardRow.from_entity(self.table.get_entity(job_id, shard_id))
-                    job_row = job if job is not None and job.etag else \
-                        JobRow.from_entity(self.table.get_entity(job_id, names.JOB_ROW))
-                except ResourceNotFoundError:
-                    return Completion(False, False, "")
-                shard = job = None  # held rows serve the first try only
-                done = self._try_finish(shard_row, job_row, status, fields, cost_usd)
-                if done is not None and done.job_done:
-                    self.index.ended(job_id)
-                if done is not None:
-                    return done
-                time.sleep(0.01)
-        raise TransientError(f"job {job_id}: too much contention finishing {shard_id}", code="Contention")
+    def close_job(self, job_id: str) -> str | None:
+        """End a job whose every shard is counted and that has not ended (what a finisher whose view was
+        stale by more than the recheck window left open): its terminal state for the one caller that wrote
+        it, None for everyone else (upwell.jobcounts)."""
+        return self.counts.close(job_id)
 
-    def _try_finish(self, shard: ShardRow, job: JobRow, status: ShardState, fields: dict,
-                    cost_usd: float) -> Completion | None:
-        """One conditional transaction; None when another writer got there first (try again)."""
-        if shard.terminal:
-            return Completion(False, False, job.status.value)
-        done = job.shards_done + (status == ShardState.SUCCEEDED)
-        failed = job.shards_failed + (status == ShardState.FAILED)
-        job_fields: dict[str, Any] = {"shards_done": done, "shards_failed": failed,
-                                      "spent_usd": job.spent_usd + cost_usd}
-        if status == ShardState.FAILED and len(job.failed_ids()) < FAILED_KEPT:
-            job_fields["failed_shards"] = ",".join([*job.failed_ids(), shard.shard_id])
-        job_done = done + failed >= job.shards_total and not job.terminal
-        if job_done:
-            final = JobState.SUCCEEDED if failed == 0 else (JobState.FAILED if done == 0 else JobState.PARTIALLY_FAILED)
-            job_fields["status"] = final.value
-            job_fields["finished_at"] = now_iso()
-        cond = {"mode": UpdateMode.MERGE, "match_condition": MatchConditions.IfNotModified}
-        ops = [
-            ("update", {"PartitionKey": shard.job_id, "RowKey": shard.shard_id, "status": status.value, **fields},
-             {**cond, "etag": shard.etag}),
-            ("update", {"PartitionKey": job.job_id, "RowKey": names.JOB_ROW, **job_fields}, {**cond, "etag": job.etag}),
-        ]
-        try:
-            self.table.submit_transaction(ops)
-        except (TableTransactionError, ResourceModifiedError, HttpResponseError) as exc:
-            if not _conflict(exc):
-                raise
-            return None
-        return Completion(True, job_done, job_fields.get("status", job.status.value))
+    def change_counts(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
+        """change_job for a writer of the job's figures (a re-run gives counts back): ``change`` sees them
+        summed with the counter rows, and its fields are written with the counters folded into the job row."""
+        return self.counts.fold(job_id, change)
 
     def claim_report(self, job_id: str, lease_s: float = 300.0) -> bool:
         """Claim the right to build the report; exactly one claimant wins per lease period."""

@@ -212,10 +212,19 @@ class JobRow(_Row):
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""  # the server's last-write time
     etag: str = ""
+    # Read with its counter rows (upwell.counters): the figures above are summed; ``base`` keeps the job row's
+    # own figures (what ``to_entity`` writes back) and ``counters`` each counter row with its ETag.
+    counters: tuple[Any, ...] = field(default=(), compare=False)
+    base: dict[str, Any] = field(default_factory=dict, compare=False)
+    _meta: ClassVar[frozenset[str]] = _Row._meta | {"counters", "base"}
 
     @classmethod
     def _state(cls, value: Any) -> JobState:
         return JobState(value) if value else JobState.INGESTING
+
+    def to_entity(self) -> dict[str, Any]:
+        """The job row's entity: its own figures, never the sums with its counter rows."""
+        return {**super().to_entity(), **self.base}
 
     @property
     def terminal(self) -> bool:

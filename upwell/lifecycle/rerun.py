@@ -67,7 +67,7 @@ def rerun_job(storage: Storage, job_id: str, *, failed: bool = False, shard_ids:
     reopened = ledger.reopen_shards(job_id, chosen, WORKERS)
     done = sum(1 for w in reopened.values() if w == ShardState.SUCCEEDED)
     failed_n = sum(1 for w in reopened.values() if w == ShardState.FAILED)
-    ledger.change_job(job_id, lambda row: {
+    ledger.change_counts(job_id, lambda row: {  # the counts given back: summed with its counter rows
         "status": JobState.ACCEPTED, "reported": False, "report_claimed": 0.0, "finished_at": "",
         "shards_done": max(0, row.shards_done - done), "shards_failed": max(0, row.shards_failed - failed_n),
         "failed_shards": ",".join(s for s in row.failed_ids() if s not in reopened),
