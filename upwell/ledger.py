@@ -142,9 +142,11 @@ class Ledger:
             flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
             params.update({f"s{i}": str(s) for i, s in enumerate(statuses)})
         select = ["PartitionKey", "RowKey", *only] if only else None
+        summed = not only or bool(set(only) & set(counters.FIGURES))
         with _funnel("list jobs"):
             for row in self.table.query_entities(flt, parameters=params, select=select):
-                yield JobRow.from_entity(row)
+                job = JobRow.from_entity(row)  # an open job's figures count on its counter rows: read them
+                yield self.job(job.job_id) or job if summed and not job.terminal else job
 
     def open_jobs(self, *statuses: JobState) -> list[JobRow]:
         """The jobs that have not ended (all of them, or those in ``statuses``), through the index of open

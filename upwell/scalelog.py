@@ -79,9 +79,10 @@ class DecisionRow:
 class Action:
     """One thing the reconciler did (or, in a dry run, would do)."""
 
-    kind: str  # missed_upload | stuck_ingest | uncollected_result | unreported_job | dead_letter | poison
+    kind: str  # missed_upload | stuck_ingest | uncollected_result | unclosed_job | unreported_job | dead_letter |
+    # poison
     target: str
-    outcome: str  # redriven | quarantined | failed | requeued | would_redrive | skipped
+    outcome: str  # redriven | quarantined | failed | requeued | closed | would_redrive | skipped
     detail: str = ""
     dry_run: bool = False
     at: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())

@@ -10,7 +10,8 @@ because nothing else reads those places. One pass finds:
   quarantine record (a rejected job row), and jobs stuck in ``ingesting``: those whose
   ingest's lease has lapsed (``upwell.ingest.lease``). An ingest that still renews its
   lease is left alone, however long it runs, and looked at again next pass;
-* result blobs of active jobs whose shard row is not terminal;
+* result blobs of active jobs whose shard row is not terminal, and such jobs whose every shard is counted
+  but that no finisher ended (``upwell.jobcounts``): each is ended once, and its report asked for;
 * terminal jobs without a report (the report message is sent again);
 * ended jobs whose after-job step a crash left half done: an analysis claimed with no reduce job, an
   event claimed and never queued (``upwell.after.recover``), read through the index of recently ended
@@ -58,6 +59,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from upwell import logs, names
 from upwell.access.tags import folder_project
 from upwell.after import recover
+from upwell.counters import complete
 from upwell.errors import NotFound, RedriveExhausted
 from upwell.ingest import lease
 from upwell.ingest.blobnames import is_manifest, is_manifest_input, job_id_for
@@ -66,7 +68,7 @@ from upwell.ingest.quarantine import quarantine
 from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
 from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
 from upwell.ops.changefeed import CONTAINER as CHANGEFEED
-from upwell.results.collect import RESULT_NAME, collect
+from upwell.results.collect import RESULT_NAME, close_counted, collect
 from upwell.results.publish import reconcile as requeue_reports
 from upwell.scalelog import Action, ScalingLog
 from upwell.settings import Settings
@@ -318,6 +320,12 @@ class Reconciler:
         result.seen += len(active)
         for job in active:
             job_id = job.job_id
+            if complete(job):  # every shard counted, and no finisher saw it (upwell.jobcounts): end it once
+                status = "" if self.dry_run else close_counted(self.storage, self.ledger, job_id)
+                if self.dry_run or status:
+                    self._act(result, Action("unclosed_job", job_id, "closed" if status else "would_redrive", status,
+                                             dry_run=self.dry_run))
+                continue
             open_shards = {r.shard_id for r in self.ledger.shards(job_id) if r.status not in TERMINAL_SHARD}
             if not open_shards:
                 continue

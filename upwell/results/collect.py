@@ -48,6 +48,17 @@ def request_report(storage: Storage, job_id: str) -> None:
     storage.send(names.REPORT_QUEUE, json.dumps({"job_id": job_id}))
 
 
+def close_counted(storage: Storage, ledger: Ledger, job_id: str) -> str:
+    """End a job whose every shard is counted but that no finisher ended (more finishes than the recheck
+    window were in flight as its last one committed, upwell.jobcounts), and ask for its report: the job's
+    terminal state for the one caller that ended it, "" for every other (the reconciler's pass calls it)."""
+    status = ledger.close_job(job_id)
+    if status:
+        request_report(storage, job_id)
+        log.info("collect.job_done", job_id=job_id, job_status=status, closed_by="reconcile")
+    return status or ""
+
+
 def _shard_seen(doc: dict, job_id: str, shard_id: str) -> ShardRow | None:
     """The shard row as the agent left it before writing the result (its status and ETag, workers.results),
     so finish_shard can try its transaction without reading the row; None when the result does not say."""
