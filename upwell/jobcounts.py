@@ -120,7 +120,7 @@ class JobCounts:
                     view, row = self._stale(exc, view, row, target)
                     _back_off(attempt)
                     continue
-                return self._counted(view, target, meta, status)
+                return self._counted(view, target, meta)
         raise TransientError(f"job {job_id}: too much contention finishing {shard_id}", code="Contention")
 
     def _shard(self, job_id: str, shard_id: str) -> ShardRow | None:
@@ -135,12 +135,10 @@ class JobCounts:
         the job row's own figures on a job that has ended (it keeps no counter rows)."""
         ok, failed_id = status == ShardState.SUCCEEDED, row.shard_id if status == ShardState.FAILED else ""
         if view.terminal:
-            own = Counter(names.JOB_ROW, done=view.base.get("shards_done", view.shards_done),
-                          failed=view.base.get("shards_failed", view.shards_failed),
-                          spent_usd=view.base.get("spent_usd", view.spent_usd),
-                          failed_shards=view.base.get("failed_shards", view.failed_shards)).bumped(ok, cost_usd,
-                                                                                                   failed_id)
-            figures = dict(zip(counters.FIGURES, own.fields().values(), strict=True))
+            own = {**{f: getattr(view, f) for f in counters.FIGURES}, **view.base}
+            after = Counter(names.JOB_ROW, own["shards_done"], own["shards_failed"], own["spent_usd"],
+                            own["failed_shards"]).bumped(ok, cost_usd, failed_id)
+            figures = dict(zip(counters.FIGURES, after.fields().values(), strict=True))
             return "update", {"PartitionKey": view.job_id, "RowKey": names.JOB_ROW, **figures}, \
                 {**_COND, "etag": view.etag}
         now = counters.counter(view, counters.key(row.shard_id)).bumped(ok, cost_usd, failed_id)
@@ -162,7 +160,7 @@ class JobCounts:
             now = None
         return counters.replaced(view, now, row_key), row
 
-    def _counted(self, view: JobRow, target: tuple, meta: list, status: ShardState) -> Completion:
+    def _counted(self, view: JobRow, target: tuple, meta: list) -> Completion:
         """The shard is counted: close the job when this view says it may be complete (read the range again
         first unless this view alone already shows every shard counted)."""
         if target[1]["RowKey"] == names.JOB_ROW:
