@@ -397,7 +397,8 @@ class Ledger:
             return shardbatch.reopen(self, job_id, rows, now_iso(), workers)
 
     def change_job(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
-        """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts."""
+        """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts. ``row`` holds
+        the job row's own figures, not summed with its counter rows: a writer of them uses change_counts."""
         fields = self._change_row(job_id, names.JOB_ROW, JobRow, change, f"job {job_id}")
         if fields and "status" in fields:
             self.index.moved(job_id, fields["status"])
