@@ -60,5 +60,5 @@ def test_readers_mend_what_a_crash_left(store, monkeypatch):
     monkeypatch.setattr(jobindex, "GRACE_S", -1.0)
     ledger.open_jobs()
     assert _entries(store, orphan) == []
-    assert ledger.index_open([ledger.job(missing), ledger.job(stale)]) == 1  # the reconciler's pass
+    assert ledger.index.add_missing([ledger.job(missing), ledger.job(stale)]) == 1  # the backfill (upwell.jobcatalog)
     assert missing in _open_ids(ledger) and stale not in _open_ids(ledger)
