@@ -50,6 +50,7 @@ PARTITION = "catalog"
 ENDED_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobState.FAILED, JobState.REJECTED,
                           JobState.CANCELLED})
 FIELDS = ("project", "payload", "pool", "owner", "name", "source_blob", "created_at")
+NOTED = (*FIELDS, "finished_at", "cancelled_at")  # the job-row fields a write carries here (the end: ended_at)
 BATCH = 100  # entities per entity-group transaction (the service's limit)
 _SAME = {JobState.ACCEPTED: JobState.RUNNING, JobState.RUNNING: JobState.ACCEPTED}  # not told apart here
 
@@ -90,7 +91,7 @@ def _any(name: str, values: Sequence[str], params: dict[str, Any]) -> str:
     """``name`` equal to one of ``values``, as OData with parameters (the SDK needs a space after each)."""
     keys = [f"{name}{len(params) + i}" for i in range(len(values))]
     params.update(zip(keys, values, strict=True))
-    return "( " + " or ".join(f"{name} eq @{k} " for k in keys) + ")"
+    return "( " + " or ".join(f"{name} eq @{k}" for k in keys) + " )"
 
 
 class JobCatalog:
@@ -107,13 +108,17 @@ class JobCatalog:
 
     def note(self, job_id: str, fields: dict[str, Any], at: float | None = None) -> None:
         """Carry the catalogue's fields among ``fields`` (a job-row write) to the job's entity; ``status``
-        also sets ``ended_at`` (``at``, epoch seconds) for an ended state, or clears it. Nothing to carry:
-        no request."""
+        also sets ``ended_at`` for an ended state (the row's ``finished_at`` or ``cancelled_at`` among
+        ``fields``, else ``at``, epoch seconds, else now), or clears it; an end written without a status
+        sets ``ended_at``. Nothing to carry: no request."""
         out = {k: str(fields[k] or "") for k in FIELDS if k in fields}
+        when = str(fields.get("finished_at") or fields.get("cancelled_at") or "")  # the row's own end
         if "status" in fields:
             status = JobState(fields["status"])
             out["status"] = status.value
-            out["ended_at"] = iso(at or datetime.now(UTC).timestamp()) if status in ENDED_STATES else ""
+            out["ended_at"] = (when or iso(at or datetime.now(UTC).timestamp())) if status in ENDED_STATES else ""
+        elif when:
+            out["ended_at"] = when
         if out:
             self._merge({"PartitionKey": PARTITION, "RowKey": job_id, **out}, job_id)
 
@@ -148,7 +153,7 @@ class JobCatalog:
         """The entities of the jobs in any of ``statuses`` (accepted and running alike), created at or
         after ``created_since`` (ISO text), ended before ``ended_before``, whose fields named in ``equal``
         hold that value (or one of those values): one query of the catalogue's partition."""
-        flt, params = ["PartitionKey eq @pk "], {"pk": PARTITION}
+        flt, params = ["PartitionKey eq @pk"], {"pk": PARTITION}
         for name, value in equal.items():
             if name not in FIELDS:
                 raise ValueError(f"catalogue: {name!r} is not a field listings filter on ({', '.join(FIELDS)})")
@@ -161,10 +166,10 @@ class JobCatalog:
             asked = {*wanted, *(_SAME[s] for s in wanted if s in _SAME)}
             flt.append(_any("status", sorted(s.value for s in asked), params))
         if created_since is not None:
-            flt.append("created_at ge @since ")
+            flt.append("created_at ge @since")
             params["since"] = created_since
         if ended_before is not None:
-            flt.append("ended_at lt @ended ")
+            flt.append("ended_at lt @ended")
             params["ended"] = iso(ended_before.timestamp())
         return self._query(" and ".join(flt), params)
 
@@ -173,7 +178,7 @@ class JobCatalog:
         query (the id prefix a RowKey range of the partition)."""
         params: dict[str, Any] = {"pk": PARTITION, "lo": prefix, "hi": prefix[:-1] + chr(ord(prefix[-1]) + 1),
                                   "name": name}
-        ors = ["( RowKey ge @lo and RowKey lt @hi )", "name eq @name ", _any("source_blob", sorted(sources), params)]
+        ors = ["( RowKey ge @lo and RowKey lt @hi )", "name eq @name", _any("source_blob", sorted(sources), params)]
         return self._query(f"PartitionKey eq @pk and ( {' or '.join(ors)} )", params)
 
     def _query(self, flt: str, params: dict[str, Any]) -> list[Listed]:

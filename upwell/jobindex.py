@@ -42,7 +42,7 @@ from typing import Any
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from upwell import names
-from upwell.jobcatalog import ENDED_STATES, FIELDS, JobCatalog
+from upwell.jobcatalog import ENDED_STATES, NOTED, JobCatalog
 from upwell.rows import JobRow, JobState
 from upwell.storage import Storage, storage_error
 
@@ -102,9 +102,10 @@ class JobIndex:
         """After a job-row write of ``fields``: index a status that ends the job (a crash before this leaves
         an open entry of an ended job, which a reader moves to ended), and carry the catalogue's other
         fields among ``fields`` (none: no request)."""
-        if "status" in fields and JobState(fields["status"]) in ENDED_STATES:
-            self.moved(job_id, fields["status"])
-        self.catalog.note(job_id, {k: v for k, v in fields.items() if k in FIELDS})
+        ends = "status" in fields and JobState(fields["status"]) in ENDED_STATES
+        if ends:
+            self.ended(job_id, fields["status"], catalog=False)
+        self.catalog.note(job_id, {k: v for k, v in fields.items() if k in NOTED or (ends and k == "status")})
 
     def ended(self, job_id: str, status: JobState | str, *, catalog: bool = True) -> None:
         """The job ended in ``status`` (terminal, or cancelled): its ended entry, its catalogue status."""
