@@ -77,10 +77,13 @@ class JobIndex:
         self.catalog = JobCatalog(self.table)
 
     # -- writes: the ledger calls ``moved`` with every job status it writes ------------------------
-    def created(self, row: JobRow) -> None:
-        """A job row about to be written for the first time: its catalogue entity and its index entry."""
+    def created(self, row: JobRow, was: JobState | None = None) -> None:
+        """A job row about to be written for the first time: its catalogue entity and its index entry.
+        ``was``: the status just indexed for a row that turned out to exist (``row``, a redelivery): its
+        entity is put back, its entry written only if its status differs."""
         self.catalog.add(row)
-        self.moved(row.job_id, row.status, catalog=False)
+        if row.status != was:
+            self.moved(row.job_id, row.status, catalog=False)
 
     def moved(self, job_id: str, status: JobState | str, *, catalog: bool = True) -> None:
         """Index the job as its new status says: an open entry, or an ended one (and no open entry); the

@@ -204,7 +204,7 @@ class Ledger:
                 pass
         held = self.job(row.job_id) or row
         if held is not row:
-            self.index.created(held)
+            self.index.created(held, was=row.status)
         return held, False
 
     def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
