@@ -35,6 +35,7 @@ state row records it; docs/operate.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -199,18 +200,27 @@ def confirmed(job: JobRow, statuses: Sequence[JobState | str], created_since: st
 
 
 def listing(catalog: JobCatalog, read: Callable[[str], JobRow | None], entries: Iterable[Listed],
-            keep: Callable[[JobRow], bool] = bool, grace_s: float = 600.0) -> Iterator[JobRow]:
-    """The job rows of ``entries``, each point-read (``read``) as the caller asks for it, those ``keep``
-    confirms. An entity whose job row never came (a crash between the two writes) or was deleted is dropped
-    once it is older than ``grace_s``."""
-    for entry in entries:
-        job = read(entry.job_id)
-        if job is None:
-            age = (datetime.now(UTC) - entry.written).total_seconds() if entry.written else grace_s + 1
-            if age > grace_s:
-                catalog.forget(entry.job_id)
-        elif keep(job):
-            yield job
+            keep: Callable[[JobRow], bool] = bool, grace_s: float = 600.0, at_once: int = 1) -> Iterator[JobRow]:
+    """The job rows of ``entries``, in their order, those ``keep`` confirms: each point-read (``read``) as
+    the caller asks for it, ``at_once`` at a time (a caller that stops early has read at most ``at_once``
+    - 1 more). An entity whose job row never came (a crash between the two writes) or was deleted is
+    dropped once it is older than ``grace_s``."""
+    entries = list(entries)
+    with ThreadPoolExecutor(max(1, at_once), thread_name_prefix="catalog-read") as pool:
+        for i in range(0, len(entries), max(1, at_once)):
+            chunk = entries[i:i + max(1, at_once)]
+            rows = pool.map(read, [e.job_id for e in chunk]) if len(chunk) > 1 else [read(chunk[0].job_id)]
+            for entry, job in zip(chunk, rows, strict=True):
+                if job is None:
+                    _drop(catalog, entry, grace_s)
+                elif keep(job):
+                    yield job
+
+
+def _drop(catalog: JobCatalog, entry: Listed, grace_s: float) -> None:
+    age = (datetime.now(UTC) - entry.written).total_seconds() if entry.written else grace_s + 1
+    if age > grace_s:
+        catalog.forget(entry.job_id)
 
 
 def backfill(jobs: TableClient, catalog: JobCatalog) -> list[JobRow]:

@@ -132,20 +132,21 @@ class Ledger:
         return rows, rows[-1].shard_id if len(rows) == limit else ""
 
     def jobs(self, *statuses: JobState | str, created_since: str | None = None, ended_before: datetime | None = None,
-             newest_first: bool = False, **equal: str | list[str]) -> Iterator[JobRow]:
+             newest_first: bool = False, at_once: int = 1, **equal: str | list[str]) -> Iterator[JobRow]:
         """The job rows in any of ``statuses`` (all without), created at or after ``created_since`` (ISO
         text), ended before ``ended_before``, whose catalogue fields named in ``equal`` (``project=``,
         ``owner=``, ``payload=``, ``pool=``, ``name=``; a list: any of its values) hold those values: one
         query of the job catalogue (upwell.jobcatalog), never of the `jobs` table, then a point read of each
-        job row as the caller asks for it (a caller that stops early reads no more)."""
+        job row as the caller asks for it, ``at_once`` at a time (upwell.jobcatalog ``listing``)."""
         found = self.catalog.entries(*statuses, created_since=created_since, ended_before=ended_before, **equal)
         if newest_first:
             found.sort(key=lambda e: e.created_at, reverse=True)
-        return self.listed(found, keep=lambda j: jobcatalog.confirmed(j, statuses, created_since, equal))
+        return jobcatalog.listing(self.catalog, self.job, found, grace_s=jobindex.GRACE_S, at_once=at_once,
+                                  keep=lambda j: jobcatalog.confirmed(j, statuses, created_since, equal))
 
-    def listed(self, found: Iterable[Listed], keep: Callable[[JobRow], bool] = bool) -> Iterator[JobRow]:
-        """The job rows of catalogue entities (``keep`` confirms each), point-read as the caller asks."""
-        return jobcatalog.listing(self.catalog, self.job, found, keep, grace_s=jobindex.GRACE_S)
+    def listed(self, found: Iterable[Listed]) -> Iterator[JobRow]:
+        """The job rows of catalogue entities (upwell.jobcatalog), each point-read as the caller asks."""
+        return jobcatalog.listing(self.catalog, self.job, found, grace_s=jobindex.GRACE_S)
 
     def open_jobs(self, *statuses: JobState) -> list[JobRow]:
         """The jobs that have not ended (all of them, or those in ``statuses``), through the index of open

@@ -55,7 +55,7 @@ class JobAPI:
         states = [JobState(state)] if state in {s.value for s in JobState} else []
         if state and not states:
             return []
-        rows = (j for j in self.ledger.jobs(*states, newest_first=True, **where) if self.visible(j))
+        rows = (j for j in self.ledger.jobs(*states, newest_first=True, at_once=16, **where) if self.visible(j))
         return [{"job_id": j.job_id, **{k: getattr(j, k) for k in JOB_FIELDS}, "status": j.status.value}
                 for j in islice(rows, LIST_LIMIT)]
 
