@@ -20,7 +20,11 @@ assignment and one template resource, and no write could span the two anyway (an
 transaction holds one partition only). Why one partition keyed by job id: every status write then knows
 the entity's keys from the job id alone (a partition per project would need the project, and so a read,
 at every status change), a unique id prefix is a RowKey range, and the backfill writes it in
-entity-group transactions of 100.
+entity-group transactions of 100. The cost: a listing filtered on a field (project, owner, name) is
+served by a scan of this one partition, which grows with the jobs ever run, never with their shards
+(a page holds up to 1,000 entities); the partition's target of 2,000 entities/s (storage scalability
+targets) is far above the few writes each job makes here. Should the jobs ever run outgrow one
+partition, a copy per project (the same pattern, another partition key) is the next step.
 
 Entity: PartitionKey ``catalog``, RowKey the job id; ``project``, ``payload``, ``pool``, ``owner``,
 ``name``, ``source_blob``, ``created_at`` (copied once, when the job row is first written, and again
