@@ -47,7 +47,7 @@ from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import Ledger
 from upwell.local import azurite
 from upwell.ops.changefeed import CONTAINER, Cursor, segment_key
-from upwell.ops.reconcile import CLOCK_SLACK_S, Reconciler
+from upwell.ops.reconcile import Reconciler
 from upwell.scalelog import ScalingLog
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -134,7 +134,6 @@ def measure(store: Storage, args) -> dict:
     feed = FeedWriter(store.container(CONTAINER))
     first_segment = old_feed(feed, uploads, now)
     feed.consumable(now)
-    set_up = time.monotonic()
     print(f"setup: {args.blobs} uploads with job rows and feed records in {t_setup:.1f} s", flush=True)
     time.sleep(1.1)
     listing = dataclasses.replace(Settings(), reconcile_grace_s=0)
@@ -155,9 +154,6 @@ def measure(store: Storage, args) -> dict:
     out["catchup_events"] = catchup.events
     print(f"catch-up over {catchup.events} feed records: {out['catchup_s']:.2f} s", flush=True)
 
-    # The steady state: the earlier uploads' job rows are older than the slack the change feed's job-row query
-    # allows for clocks, as they are when the timer runs every few minutes (a fast setup leaves them inside it).
-    time.sleep(max(0.0, CLOCK_SLACK_S + 2 - (time.monotonic() - set_up)))
     time.sleep(1.1)  # listings give last-modified to the second: the new uploads must be past the watermark
     new = setup(store, args.blobs, args.new, args.threads)
     feed.append(now, records(new))

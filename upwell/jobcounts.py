@@ -203,14 +203,14 @@ class JobCounts:
                                      {**_COND, "etag": job.etag})]
                 ops += [("delete", {"PartitionKey": job_id, "RowKey": c.key},
                          {"etag": c.etag, "match_condition": MatchConditions.IfNotModified}) for c in job.counters]
+                self.index.before_write(job_id, fields)  # a status that opens the job: indexed before its row
                 try:
                     self.table.submit_transaction(ops)
                 except HttpResponseError as exc:
                     if not conflict(exc):
                         raise
                     continue
-                if "status" in fields:
-                    self.index.moved(job_id, fields["status"])
+                self.index.after_write(job_id, fields)  # one that ends it: after (upwell.jobindex)
                 return fields
         raise TransientError(f"job {job_id}: too much contention", code="Contention")
 

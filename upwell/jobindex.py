@@ -15,10 +15,20 @@ ended (terminal, or cancelled), newest first, so the latest N are the first N of
 that ended in the last minutes are its head (``ended_since``: the scale timer's report fallback). ('/'
 may not appear in a key: the separator is '-'.)
 
+Partition ``catalog`` of the same table is the job catalogue (upwell.jobcatalog): one entity per job
+with the fields listings filter on, which every listing of job rows reads instead of scanning `jobs`.
+``moved`` writes the job's status there too, so the catalogue's status follows the index's.
+
 The index is a hint that the job rows confirm: the ledger reads each job row it names and mends what
 it finds stale (``mend``): an open entry of an ended job moves to ended, one whose job row never came
-(a crash between the two writes) goes after ``GRACE_S``. An ended entry of a deleted job goes when a
-reader meets it. What a crash left out (an open job without an entry) the reconciler adds (``add_missing``).
+(a crash between the two writes) goes after ``GRACE_S``, with its catalogue entity. An ended entry of a
+deleted job goes when a reader meets it.
+
+An open job without an open entry cannot come about by the order of writes (upwell.ledger): a status
+that opens a job (its creation, a re-run) is indexed *before* its row is written, so a crash leaves at
+worst an entry that its row contradicts, which a reader mends; a status that ends a job is indexed
+*after* its row, so a crash leaves an open entry of an ended job, which a reader moves to ended. Jobs
+older than the index and the catalogue are indexed once, by the backfill (``add_missing``).
 """
 
 from __future__ import annotations
@@ -27,19 +37,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from azure.core.exceptions import AzureError, ResourceNotFoundError
 
 from upwell import names
+from upwell.jobcatalog import ENDED_STATES, NOTED, JobCatalog
 from upwell.rows import JobRow, JobState
 from upwell.storage import Storage, storage_error
+
+__all__ = ["ENDED", "ENDED_STATES", "GRACE_S", "OPEN", "PARTITION", "Entry", "JobIndex"]
 
 PARTITION = "jobs"
 OPEN, ENDED = "open-", "ended-"
 _AFTER = {OPEN: "open.", ENDED: "ended."}  # '.' sorts right after '-': the end of each RowKey range
 GRACE_S = 600.0  # an open entry with no job row is a crash between the two writes only after this long
-ENDED_STATES = frozenset({JobState.SUCCEEDED, JobState.PARTIALLY_FAILED, JobState.FAILED, JobState.REJECTED,
-                          JobState.CANCELLED})
 
 
 def _inverted(epoch_s: float) -> str:
@@ -57,23 +69,54 @@ class Entry:
 
 
 class JobIndex:
-    """Keeps only a TableClient. Every SDK error leaves as an upwell error (upwell.storage.storage_error)."""
+    """Keeps only a TableClient, and the catalogue (upwell.jobcatalog) in its own partition of the same table.
+    Every SDK error leaves as an upwell error (upwell.storage.storage_error)."""
 
     def __init__(self, storage: Storage):
         self.table = storage.table(names.JOB_INDEX_TABLE)
+        self.catalog = JobCatalog(self.table)
 
     # -- writes: the ledger calls ``moved`` with every job status it writes ------------------------
-    def moved(self, job_id: str, status: JobState | str) -> None:
-        """Index the job as its new status says: an open entry, or an ended one (and no open entry)."""
-        if JobState(status) in ENDED_STATES:
-            self.ended(job_id)
-        else:
-            self._write({"PartitionKey": PARTITION, "RowKey": OPEN + job_id, "job_id": job_id})
+    def created(self, row: JobRow, was: JobState | None = None) -> None:
+        """A job row about to be written for the first time: its catalogue entity and its index entry.
+        ``was``: the status just indexed for a row that turned out to exist (``row``, a redelivery): its
+        entity is put back, its entry written only if its status differs."""
+        self.catalog.add(row)
+        if row.status != was:
+            self.moved(row.job_id, row.status, catalog=False)
 
-    def ended(self, job_id: str) -> None:
+    def moved(self, job_id: str, status: JobState | str, *, catalog: bool = True) -> None:
+        """Index the job as its new status says: an open entry, or an ended one (and no open entry); the
+        catalogue's status with it (unless ``catalog`` is False: the caller has just written it)."""
+        if JobState(status) in ENDED_STATES:
+            self.ended(job_id, status, catalog=catalog)
+            return
+        self._write({"PartitionKey": PARTITION, "RowKey": OPEN + job_id, "job_id": job_id})
+        if catalog:
+            self.catalog.note(job_id, {"status": status})
+
+    def before_write(self, job_id: str, fields: dict[str, Any]) -> None:
+        """Before a job-row write of ``fields``: index a status that opens the job (a crash before the row
+        leaves an entry its row contradicts, which a reader mends; never an open job without an entry)."""
+        if "status" in fields and JobState(fields["status"]) not in ENDED_STATES:
+            self.moved(job_id, fields["status"])
+
+    def after_write(self, job_id: str, fields: dict[str, Any]) -> None:
+        """After a job-row write of ``fields``: index a status that ends the job (a crash before this leaves
+        an open entry of an ended job, which a reader moves to ended), and carry the catalogue's other
+        fields among ``fields`` (none: no request)."""
+        ends = "status" in fields and JobState(fields["status"]) in ENDED_STATES
+        if ends:
+            self.ended(job_id, fields["status"], catalog=False)
+        self.catalog.note(job_id, {k: v for k, v in fields.items() if k in NOTED or (ends and k == "status")})
+
+    def ended(self, job_id: str, status: JobState | str, *, catalog: bool = True) -> None:
+        """The job ended in ``status`` (terminal, or cancelled): its ended entry, its catalogue status."""
+        now = time.time()
         # the ended entry first: a crash between the two leaves an open entry that a reader mends
-        self._write({"PartitionKey": PARTITION, "RowKey": f"{ENDED}{_inverted(time.time())}-{job_id}",
-                     "job_id": job_id})
+        self._write({"PartitionKey": PARTITION, "RowKey": f"{ENDED}{_inverted(now)}-{job_id}", "job_id": job_id})
+        if catalog:
+            self.catalog.note(job_id, {"status": status}, at=now)
         self.forget(job_id)
 
     def forget(self, job_id: str, row_key: str | None = None) -> None:
@@ -127,6 +170,7 @@ class JobIndex:
             self.moved(entry.job_id, status)
         elif entry.written is None or (datetime.now(UTC) - entry.written).total_seconds() > GRACE_S:
             self.forget(entry.job_id, entry.row_key)
+            self.catalog.forget(entry.job_id)  # written before the row that never came
 
     def open_jobs(self, read: Callable[[str], JobRow | None]) -> list[JobRow]:
         """The job rows (``read`` by id) of the open entries; an entry that its row contradicts is mended."""
@@ -178,10 +222,11 @@ class JobIndex:
             else:
                 yield job
 
-    def add_missing(self, open_job_ids: Iterable[str]) -> int:
-        """Add an open entry for each of these jobs that has none; how many were added."""
+    def add_missing(self, open_jobs: Iterable[JobRow]) -> int:
+        """Add an open entry for each of these open jobs (rows just read) that has none (their catalogue
+        entities are written already); how many were added."""
         have = {e.job_id for e in self.open_entries()}
-        added = [j for j in open_job_ids if j not in have]
-        for job_id in added:
-            self.moved(job_id, JobState.ACCEPTED)
+        added = [j for j in open_jobs if j.job_id not in have and j.status not in ENDED_STATES]
+        for job in added:
+            self.moved(job.job_id, job.status, catalog=False)
         return len(added)

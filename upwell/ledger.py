@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields as row_fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -32,10 +31,11 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import UpdateMode
 
-from upwell import counters, names, shardbatch
+from upwell import counters, jobcatalog, jobindex, names, shardbatch
 from upwell.errors import TransientError
+from upwell.jobcatalog import Listed
 from upwell.jobcounts import Completion, JobCounts, conflict
-from upwell.jobindex import ENDED_STATES, JobIndex
+from upwell.jobindex import JobIndex
 from upwell.rows import (
     TERMINAL_JOB,
     TERMINAL_SHARD,
@@ -82,6 +82,7 @@ class Ledger:
         self.table = storage.table(names.JOBS_TABLE)
         self.index = JobIndex(storage)
         self.counts = JobCounts(self.table, self.index)
+        self.catalog = self.index.catalog  # what listings read (upwell.jobcatalog)
 
     # -- reads -----------------------------------------------------------------
     def job(self, job_id: str) -> JobRow | None:
@@ -117,46 +118,34 @@ class Ledger:
         rows = rows[:limit]
         return rows, rows[-1].shard_id if len(rows) == limit else ""
 
-    def jobs(self, *statuses: JobState | str, created_since: str | None = None, changed_since: datetime | None = None,
-             only: list[str] | None = None, **equal: str) -> Iterator[JobRow]:
+    def jobs(self, *statuses: JobState | str, created_since: str | None = None, ended_before: datetime | None = None,
+             newest_first: bool = False, at_once: int = 1, **equal: str | list[str]) -> Iterator[JobRow]:
         """The job rows in any of ``statuses`` (all without), created at or after ``created_since`` (ISO
-        text), written at or after ``changed_since`` (the service's Timestamp), whose fields named in
-        ``equal`` (``payload=``, ``pool=``, ``owner=`` ...) hold those values. ``only``: read just these
-        fields (the rest keep their defaults)."""
-        flt = "RowKey eq @job"
-        params: dict[str, Any] = {"job": names.JOB_ROW}
-        if changed_since is not None:
-            flt += " and Timestamp ge @changed"
-            params["changed"] = changed_since
-        known = {f.name for f in row_fields(JobRow)}
-        for name, value in equal.items():
-            if name not in known:
-                raise ValueError(f"jobs(): {name!r} is not a job row field")
-            flt += f" and {name} eq @{name}"
-            params[name] = value
-        if created_since is not None:
-            flt += " and created_at ge @since"
-            params["since"] = created_since
-        if statuses:
-            ors = " or ".join(f"status eq @s{i}" for i in range(len(statuses)))
-            flt += f" and ( {ors} )"  # the SDK needs a space after a @parameter
-            params.update({f"s{i}": str(s) for i, s in enumerate(statuses)})
-        select = ["PartitionKey", "RowKey", *only] if only else None
-        summed = not only or bool(set(only) & set(counters.FIGURES))
-        with _funnel("list jobs"):
-            for row in self.table.query_entities(flt, parameters=params, select=select):
-                job = JobRow.from_entity(row)  # an open job's figures count on its counter rows: read them
-                yield self.job(job.job_id) or job if summed and not job.terminal else job
+        text), ended before ``ended_before``, whose catalogue fields named in ``equal`` (``project=``,
+        ``owner=``, ``payload=``, ``pool=``, ``name=``; a list: any of its values) hold those values: one
+        query of the job catalogue (upwell.jobcatalog), never of the `jobs` table, then a point read of each
+        job row as the caller asks for it, ``at_once`` at a time (upwell.jobcatalog ``listing``)."""
+        found = self.catalog.entries(*statuses, created_since=created_since, ended_before=ended_before, **equal)
+        if newest_first:
+            found.sort(key=lambda e: e.created_at, reverse=True)
+        return jobcatalog.listing(self.catalog, self.job, found, grace_s=jobindex.GRACE_S, at_once=at_once,
+                                  keep=lambda j: jobcatalog.confirmed(j, statuses, created_since, equal))
+
+    def listed(self, found: Iterable[Listed]) -> Iterator[JobRow]:
+        """The job rows of catalogue entities (upwell.jobcatalog), each point-read as the caller asks."""
+        return jobcatalog.listing(self.catalog, self.job, found, grace_s=jobindex.GRACE_S)
 
     def open_jobs(self, *statuses: JobState) -> list[JobRow]:
         """The jobs that have not ended (all of them, or those in ``statuses``), through the index of open
         jobs: one range read and one point read per open job, never a scan of the table (upwell.jobindex)."""
         return [j for j in self.index.open_jobs(self.job) if not statuses or j.status in statuses]
 
-    def index_open(self, jobs: list[JobRow]) -> int:
-        """Index those of ``jobs`` (rows just read) that are open and have no entry: what a crash between two
-        writes left out, or a job older than the index. How many were missing."""
-        return self.index.add_missing(j.job_id for j in jobs if j.status not in ENDED_STATES)
+    def backfill_catalog(self) -> list[JobRow]:
+        """Catalogue and index every job row (a job older than the catalogue): the one scan of `jobs`, run
+        once by the reconciler's first pass after an upgrade. Returns the rows read."""
+        rows = jobcatalog.backfill(self.table, self.catalog)
+        self.index.add_missing(rows)
+        return rows
 
     def ended_jobs(self, within_s: float) -> list[JobRow]:
         """The jobs that ended (terminal or cancelled) in the last ``within_s`` seconds, through the index:
@@ -192,8 +181,9 @@ class Ledger:
     # -- creation --------------------------------------------------------------
     def create_job(self, row: JobRow) -> tuple[JobRow, bool]:
         """Create the job row; if it exists (a redelivery), return the existing one. The index entry
-        comes first: one left without its row is mended by the readers (upwell.jobindex)."""
-        self.index.moved(row.job_id, row.status)
+        and catalogue entity come first: those left without their row are mended by the readers
+        (upwell.jobindex); a redelivery puts back the held row's (its ``created_at`` stays)."""
+        self.index.created(row)
         with _funnel("create job"):
             try:
                 self.table.create_entity(row.to_entity())
@@ -201,8 +191,8 @@ class Ledger:
             except ResourceExistsError:
                 pass
         held = self.job(row.job_id) or row
-        if held.status != row.status:
-            self.index.moved(held.job_id, held.status)
+        if held is not row:
+            self.index.created(held, was=row.status)
         return held, False
 
     def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
@@ -214,12 +204,13 @@ class Ledger:
 
     # -- transitions -----------------------------------------------------------
     def update_job(self, job_id: str, **fields: Any) -> None:
+        """Merge ``fields`` into the job row, indexed around the write (upwell.jobindex ``before_write``)."""
         fields = {k: v.value if isinstance(v, JobState) else v for k, v in fields.items()}
+        self.index.before_write(job_id, fields)
         with _funnel(f"update job {job_id}"):
             self.table.update_entity({"PartitionKey": job_id, "RowKey": names.JOB_ROW, **fields},
                                      mode=UpdateMode.MERGE)
-        if "status" in fields:
-            self.index.moved(job_id, fields["status"])
+        self.index.after_write(job_id, fields)
 
     def _update_shard(self, job_id: str, shard_id: str,
                       change: Callable[[ShardRow], dict[str, Any] | None]) -> dict | None:
@@ -397,11 +388,17 @@ class Ledger:
             return shardbatch.reopen(self, job_id, rows, now_iso(), workers)
 
     def change_job(self, job_id: str, change: Callable[[JobRow], dict[str, Any] | None]) -> dict | None:
-        """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts. ``row`` holds
-        the job row's own figures, not summed with its counter rows: a writer of them uses change_counts."""
-        fields = self._change_row(job_id, names.JOB_ROW, JobRow, change, f"job {job_id}")
-        if fields and "status" in fields:
-            self.index.moved(job_id, fields["status"])
+        """Apply change(row) -> fields | None to the job row under ETag, retrying on conflicts; indexed
+        around each try's write (upwell.jobindex ``before_write``). ``row`` holds the job row's own figures,
+        not summed with its counter rows: a writer of them uses change_counts."""
+        def indexed(row: JobRow) -> dict[str, Any] | None:
+            fields = change(row)
+            self.index.before_write(job_id, fields or {})
+            return fields
+
+        fields = self._change_row(job_id, names.JOB_ROW, JobRow, indexed, f"job {job_id}")
+        if fields:
+            self.index.after_write(job_id, fields)
         return fields
 
     def delete_job(self, job_id: str) -> int:
@@ -410,6 +407,7 @@ class Ledger:
             rows = list(self.table.query_entities("PartitionKey eq @pk", parameters={"pk": job_id},
                                                   select=["PartitionKey", "RowKey"]))
             self.index.forget(job_id)  # its ended entry goes when a reader meets it
+            self.catalog.forget(job_id)
             shardbatch.create_or_delete(self.table, "delete", [{"PartitionKey": job_id, "RowKey": r["RowKey"]}
                                                                for r in rows], workers=8)
         return len(rows)

@@ -60,5 +60,48 @@ def test_readers_mend_what_a_crash_left(store, monkeypatch):
     monkeypatch.setattr(jobindex, "GRACE_S", -1.0)
     ledger.open_jobs()
     assert _entries(store, orphan) == []
-    assert ledger.index_open([ledger.job(missing), ledger.job(stale)]) == 1  # the reconciler's pass
+    assert ledger.index.add_missing([ledger.job(missing), ledger.job(stale)]) == 1  # the backfill (upwell.jobcatalog)
     assert missing in _open_ids(ledger) and stale not in _open_ids(ledger)
+
+
+def _listed(ledger: Ledger, job_id: str) -> dict:
+    (entry,) = [e for e in ledger.catalog.entries(name=job_id) if e.job_id == job_id]
+    return {"status": entry.status, "ended": bool(entry.ended_at), "project": entry.project}
+
+
+def test_the_catalogue_follows_the_job_and_listings_confirm_its_hints(store):
+    ledger = Ledger(store)
+    job_id = f"cat-{uuid.uuid4().hex[:10]}"
+    ledger.create_job(JobRow(job_id=job_id, name=job_id, project="lab", status=JobState.ACCEPTED, pool="cpu",
+                             shards_total=1, created_at="2099-01-01"))
+    ledger.add_shards(job_id, [ShardRow(job_id=job_id, shard_id="s00000", pool="cpu")])
+    assert _listed(ledger, job_id) == {"status": "accepted", "ended": False, "project": "lab"}
+    ledger.shard_started(job_id, "s00000", node="n1", pool="cpu", attempt=1)  # accepted -> running: not indexed
+    assert _listed(ledger, job_id)["status"] == "accepted"
+    assert [j.job_id for j in ledger.jobs(JobState.RUNNING, name=job_id)] == [job_id]  # the row decides
+    assert [j.job_id for j in ledger.jobs(JobState.ACCEPTED, name=job_id)] == []
+    ledger.finish_shard(job_id, "s00000", ShardState.SUCCEEDED, {})
+    assert _listed(ledger, job_id) == {"status": "succeeded", "ended": True, "project": "lab"}
+    ledger.change_job(job_id, lambda row: {"status": JobState.ACCEPTED})  # a re-run
+    assert _listed(ledger, job_id) == {"status": "accepted", "ended": False, "project": "lab"}
+    ledger.delete_job(job_id)
+    assert ledger.catalog.entries(name=job_id) == []
+
+
+def test_a_crash_while_reopening_leaves_an_entry_the_readers_mend_never_an_open_job_without_one(store, monkeypatch):
+    ledger = Ledger(store)
+    job_id = _job(ledger)
+    ledger.finish_shard(job_id, "s00000", ShardState.SUCCEEDED, {})
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the process died before the job row was written")
+
+    monkeypatch.setattr(ledger.table, "update_entity", crash)
+    try:
+        ledger.change_job(job_id, lambda row: {"status": JobState.ACCEPTED})
+    except RuntimeError:
+        pass
+    monkeypatch.undo()
+    assert _entries(store, job_id) == ["ended", "open"]  # the open entry came first; the row still says ended
+    assert job_id not in _open_ids(ledger)  # a reader meets the entry its row contradicts and mends it
+    assert _entries(store, job_id) == ["ended", "ended"]

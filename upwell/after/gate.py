@@ -62,8 +62,9 @@ def _resolve(ledger: Ledger, ref: str, existing: JobRow | None, me: str) -> JobR
     checked = float(state.field(existing, "after_checked") or 0) if existing is not None else 0.0
     if existing is not None and time.time() - checked < NAME_LOOKUP_S:
         return None  # looked up a moment ago; the parent's own end wakes this job (upwell.after.chains)
-    named = [j for j in ledger.jobs() if j.name == ref and j.job_id != me and not state.field(j, "reduce_of")]
-    return max(named, key=lambda j: j.created_at) if named else None
+    # the job catalogue's jobs of that name, newest first: the first that is not a reduce (upwell.jobcatalog)
+    named = (j for j in ledger.jobs(newest_first=True, name=ref) if j.job_id != me and not state.field(j, "reduce_of"))
+    return next(named, None)
 
 
 def _refuse_cycle(ledger: Ledger, parent: JobRow, me: str, name: str) -> None:

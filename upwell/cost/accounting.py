@@ -91,8 +91,8 @@ def rollup(ledger: Ledger, by: str = "job", since: datetime | None = None, *, bu
     table = prices or load()
     floor = ledger_time(since) if since else ""
     groups: dict[str, Group] = {}
-    for job in ledger.jobs():
-        if job.status == JobState.REJECTED or job.created_at < floor:
+    for job in ledger.jobs(created_since=floor or None, at_once=16):
+        if job.status == JobState.REJECTED:
             continue
         key = job_key(job, by)
         g = groups.setdefault(key, Group(key, budget_usd=(budgets or {}).get(by, {}).get(key)))

@@ -32,7 +32,7 @@ def remaining(budget_usd: float | None, spent_usd: float) -> float:
 
 def spent(ledger: Ledger, by: str, value: str, since: datetime) -> float:
     """USD recorded (the job rows' spent_usd) by an owner or project since a date."""
-    return sum(job.spent_usd for job in ledger.jobs(created_since=ledger_time(since), **{by: value}))
+    return sum(job.spent_usd for job in ledger.jobs(created_since=ledger_time(since), at_once=16, **{by: value}))
 
 
 def check_budgets(ledger: Ledger, settings: Any, *, owner: str, project: str, estimate_usd: float) -> None:

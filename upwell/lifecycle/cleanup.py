@@ -126,7 +126,7 @@ def prune_candidates(storage: Storage, older_than: timedelta, *, now: datetime |
     ledger = ledger or Ledger(storage)
     cutoff = (now or datetime.now(UTC)) - older_than
     out = []
-    for row in ledger.jobs(*ENDED_JOB):
+    for row in ledger.jobs(*ENDED_JOB, ended_before=cutoff, at_once=16):  # the catalogue's end, confirmed below
         when = parse_iso(row.finished_at or row.cancelled_at or row.created_at)
         if when is not None and when < cutoff:
             out.append(row)

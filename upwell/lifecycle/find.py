@@ -44,22 +44,23 @@ def find_job(storage: Storage, text: str, ledger: Ledger | None = None) -> Found
     row = ledger.job(text) if not any(c in text for c in "/\\#?") else None
     if row is not None:
         return Found(text, row)
-    rows = list(ledger.jobs())
-    by_prefix = [r for r in rows if r.job_id.startswith(text)]
-    if len(by_prefix) == 1:
-        return Found(by_prefix[0].job_id, by_prefix[0])
+    # one query of the job catalogue (upwell.jobcatalog): the ids with this prefix, the jobs of this name or
+    # upload path; then a point read of the one job found
+    listed = ledger.catalog.lookup(text, text, _paths(text))
+    by_prefix = [r for r in listed if r.job_id.startswith(text)]
     if len(by_prefix) > 1:
         ids = ", ".join(sorted(r.job_id for r in by_prefix)[:10])
         raise NoSuchJob(f"{text!r} is the start of {len(by_prefix)} job ids ({ids}); give more of it")
     paths = _paths(text)
-    matches = [r for r in rows if r.source_blob in paths or r.name == text]
-    if not matches:
+    matches = by_prefix or sorted((r for r in listed if r.source_blob in paths or r.name == text),
+                                  key=lambda r: r.created_at, reverse=True)
+    found = next(ledger.listed(matches), None)
+    if found is None:
         raise NoSuchJob(f"no such job: {text!r} is not a job id, job name or upload path "
                         "(`upwell status` lists the jobs)")
-    matches.sort(key=lambda r: r.created_at, reverse=True)
-    note = f"newest of {len(matches)} jobs for {text!r}; the others: " + \
-        ", ".join(r.job_id for r in matches[1:5]) if len(matches) > 1 else ""
-    return Found(matches[0].job_id, matches[0], note)
+    others = [r.job_id for r in matches if r.job_id != found.job_id]
+    note = f"newest of {len(matches)} jobs for {text!r}; the others: " + ", ".join(others[:4]) if others else ""
+    return Found(found.job_id, found, note)
 
 
 def pending_upload(storage: Storage, job_id: str) -> str | None:

@@ -9,12 +9,13 @@ these calls, so a button and an automation script are held to the same rule.
 from __future__ import annotations
 
 from dataclasses import asdict
+from itertools import islice
 from typing import Any
 
 from upwell import names
 from upwell.access.principal import Caller
 from upwell.errors import NotFound
-from upwell.ledger import JobRow, Ledger
+from upwell.ledger import JobRow, JobState, Ledger
 from upwell.results.status import JOB_FIELDS, job_status
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -44,17 +45,19 @@ class JobAPI:
         return job
 
     def jobs(self, *, owner: str = "", project: str = "", state: str = "") -> list[dict[str, Any]]:
-        """The caller's jobs, newest first, filtered by owner, project and state where given."""
-        if self.caller.everything:
-            rows = list(self.ledger.jobs(**({"project": project} if project else {})))
-        else:
-            wanted = [p for p in sorted(self.caller.projects or ()) if not project or p == project]
-            rows = [j for p in wanted for j in self.ledger.jobs(project=p)]
-        rows = [j for j in rows if self.visible(j) and (not owner or j.owner == owner)
-                and (not state or j.status.value == state)]
-        rows.sort(key=lambda j: j.created_at, reverse=True)
+        """The caller's jobs, newest first, filtered by owner, project and state where given: one query of
+        the job catalogue (upwell.jobcatalog), then a point read of each job listed (at most LIST_LIMIT)."""
+        where: dict[str, Any] = {"owner": owner} if owner else {}
+        if not self.caller.everything:
+            where["project"] = [p for p in sorted(self.caller.projects or ()) if not project or p == project]
+        elif project:
+            where["project"] = project
+        states = [JobState(state)] if state in {s.value for s in JobState} else []
+        if state and not states:
+            return []
+        rows = (j for j in self.ledger.jobs(*states, newest_first=True, at_once=16, **where) if self.visible(j))
         return [{"job_id": j.job_id, **{k: getattr(j, k) for k in JOB_FIELDS}, "status": j.status.value}
-                for j in rows[:LIST_LIMIT]]
+                for j in islice(rows, LIST_LIMIT)]
 
     def status(self, job_id: str) -> dict | None:
         return job_status(self.storage, job_id, self.ledger) if self.job(job_id, "see jobs") else None

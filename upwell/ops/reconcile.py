@@ -1,15 +1,13 @@
 """The reconciler: finds work that an event never started, and re-drives it through the same idempotent paths.
 
-On Azure a blob trigger is Event Grid-sourced: an event that never came (a blob
-written before the subscription existed, a dropped delivery), an event that was
-dead-lettered (a 401 after a key rotation, 24 h of failures) or a blob-trigger
-message that was poisoned (five failures in a row) leaves its job unfinished,
-because nothing else reads those places. One pass finds:
+On Azure a blob trigger is Event Grid-sourced: an event that never came (a blob written before the
+subscription existed, a dropped delivery), an event that was dead-lettered (a 401 after a key rotation,
+24 h of failures) or a blob-trigger message that was poisoned (five failures in a row) leaves its job
+unfinished, because nothing else reads those places. One pass finds:
 
-* ``incoming/`` blobs older than the grace period with neither a job row nor a
-  quarantine record (a rejected job row), and jobs stuck in ``ingesting``: those whose
-  ingest's lease has lapsed (``upwell.ingest.lease``). An ingest that still renews its
-  lease is left alone, however long it runs, and looked at again next pass;
+* ``incoming/`` blobs older than the grace period with neither a job row nor a quarantine record (a
+  rejected job row), and jobs stuck in ``ingesting``: those whose ingest's lease has lapsed
+  (``upwell.ingest.lease``). An ingest that still renews its lease is left alone, however long it runs;
 * result blobs of active jobs whose shard row is not terminal, and such jobs whose every shard is counted
   but that no finisher ended (``upwell.jobcounts``): each is ended once, and its report asked for;
 * terminal jobs without a report (the report message is sent again);
@@ -19,31 +17,29 @@ because nothing else reads those places. One pass finds:
 * events in the Event Grid dead-letter container and messages in
   ``webjobs-blobtrigger-poison``.
 
-Each is re-driven through ``Ingestor.ingest`` or ``collect``, which are idempotent
-(a second delivery is a no-op). An input whose re-drive keeps failing is
-quarantined with ``RedriveExhausted`` after ``max_redrives`` tries; nothing is dropped.
+Each is re-driven through ``Ingestor.ingest`` or ``collect``, which are idempotent (a second delivery is a
+no-op). An input whose re-drive keeps failing is quarantined with ``RedriveExhausted`` after
+``max_redrives`` tries; nothing is dropped.
 
 Cost is bounded. ``incoming/`` is found one of two ways (``UPWELL_RECONCILE_SOURCE``):
 
-* ``listing`` (the default, and the only one Azurite has): each pass lists
-  ``incoming/``, but a watermark of last-modified times (the reconciler's state row
-  in the scaling log, ``upwell.scalelog``) means only blobs newer than it are checked,
-  against one query of the job rows changed since: O(blobs) names listed, O(new) checked;
-* ``changefeed``: the account's blob change feed (``upwell.ops.changefeed``) is read
-  from a cursor (a segment and, per chunk, an Avro block offset) kept in the same
-  row, so a pass reads only the changes since the last one: O(new events). The first
-  pass, and a pass on an account without a feed, lists as above.
+* ``listing`` (the default, and the only one Azurite has): each pass lists ``incoming/``, but a watermark
+  of last-modified times (the reconciler's state row in the scaling log, ``upwell.scalelog``) means only
+  newer blobs are checked, each by a point read of the job row its name and ETag derive: O(new) checked;
+* ``changefeed``: the account's blob change feed (``upwell.ops.changefeed``) is read from a cursor (a
+  segment and, per chunk, an Avro block offset) kept in the same row: O(new events). The first pass, and a
+  pass on an account without a feed, lists as above.
 
-Results are listed for active jobs only; at most ``max_actions`` re-drives run per
-pass, and the watermark or cursor stops before the first upload left for the next
-pass. Every action is logged and written to the scaling log, where ``upwell
-status`` reads it. ``dry_run`` finds and logs, and changes nothing.
+Results are listed for active jobs only; at most ``max_actions`` re-drives run per pass, and the watermark
+or cursor stops before the first upload left for the next pass. Every action is logged and written to the
+scaling log, where ``upwell status`` reads it. ``dry_run`` finds and logs, and changes nothing.
 
-An idle pass reads no more than the last one (issue 24, item 4): the active jobs come through the ledger's
-index of open jobs, never a scan of the jobs table; the one query of the jobs table is the report check's
-"changed since the last pass", which also finds an open job whose index entry a crash left out; and a pass
-that found nothing at all (``Pass.seen``) leaves its state row as it was: its time marks stay, so the
-next pass's windows cover nothing more than this one's did, and nothing is written.
+No pass queries the `jobs` table without a PartitionKey (issue 24, item 4): active jobs come through the
+open-jobs index, the report and after-job checks through one read of the ended-jobs index since the last pass,
+an upload's job by a point read. An open job without its index entry cannot happen by the order of writes
+(upwell.jobindex); an ended job whose ended entry a crash left out keeps its open entry, which this pass's open
+read mends first. The first pass after an upgrade catalogues and indexes older jobs (``catalog``: the one scan,
+run once, recorded in the state row). A pass that found nothing (``Pass.seen``) writes nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +47,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -68,20 +65,20 @@ from upwell.ingest.quarantine import quarantine
 from upwell.ledger import TERMINAL_JOB, TERMINAL_SHARD, JobRow, JobState, Ledger
 from upwell.ops.changefeed import BLOB_CREATED, ChangeFeed, Cursor, Record
 from upwell.ops.changefeed import CONTAINER as CHANGEFEED
+from upwell.ops.eventblobs import event_blobs, poison_text
 from upwell.results.collect import RESULT_NAME, close_counted, collect
 from upwell.results.publish import reconcile as requeue_reports
 from upwell.scalelog import Action, ScalingLog
 from upwell.settings import Settings
 from upwell.storage import Storage
 
-CLOCK_SLACK_S = 60  # a feed record's time and a job row's Timestamp come from different clocks
-
 log = logs.get("upwell.ops.reconcile")
 ACTIVE_JOB = (JobState.ACCEPTED, JobState.RUNNING)  # jobs whose shards may still be collected
 POISON_LEASE_S = 120
 REPORT_MARGIN_S = 3600.0  # the report check looks back this far before the last pass
 AFTER_FIRST_S = 86400.0  # the first after-job check looks back this far (later ones: since the last pass)
-STEPS = ("dead_letters", "poison", "incoming", "results", "reports", "after")  # one pass, in this order
+CATALOG = 1  # the job catalogue's backfill (upwell.jobcatalog) recorded in the state row: it runs once
+STEPS = ("catalog", "dead_letters", "poison", "incoming", "results", "reports", "after")  # one pass, in this order
 
 
 @dataclass
@@ -136,6 +133,7 @@ class Reconciler:
         """One pass over every place a lost event leaves a trace (``steps``: a part of it, as the bench times
         the incoming/ step alone). Raises only when storage is down."""
         started, state, result = time.monotonic(), self.state(), Pass()
+        self._memo: dict[str, list[JobRow]] = {}  # reads the steps of this pass share
         before = json.loads(json.dumps(state))
         redrives = state.setdefault("redrives", {})
         for step in (getattr(self, f"_{name}") for name in steps):
@@ -159,12 +157,24 @@ class Reconciler:
 
     # -- incoming/ -------------------------------------------------------------------------------
 
-    def _known_jobs(self, since: float) -> dict[str, JobRow]:
-        """job id -> status and ingest lease of the job rows changed since ``since`` (every job created
-        later is among them)."""
-        stamp = dt.datetime.fromtimestamp(max(since - CLOCK_SLACK_S, 0), dt.UTC)
-        rows = self.ledger.jobs(changed_since=stamp, only=["status", "ingest_beat_at"])
-        return {j.job_id: j for j in rows}
+    def _catalog(self, result: Pass, state: dict, redrives: dict) -> None:
+        """The first pass after an upgrade: every job row into the job catalogue and the index (the one
+        scan of `jobs`); its rows serve this pass's report check. Then never again (the state row)."""
+        if self.dry_run or state.get("catalog") == CATALOG:
+            return
+        rows = self.ledger.backfill_catalog()
+        self._memo["backfilled"] = [j for j in rows if j.status in TERMINAL_JOB and not j.reported]
+        state["catalog"] = CATALOG
+        log.info("reconcile.catalog_backfilled", jobs=len(rows))
+
+    def _known(self, uploads: list[tuple[str, str]]) -> dict[str, JobRow | None]:
+        """job id -> job row (None: none yet) of each upload (name, ETag: its job id derives from both):
+        point reads, 16 at once; never a query of the `jobs` table."""
+        ids = sorted({job_id_for(name, etag) for name, etag in uploads})
+        if len(ids) < 2:
+            return {i: self.ledger.job(i) for i in ids}
+        with ThreadPoolExecutor(16, thread_name_prefix="reconcile-read") as pool:
+            return dict(zip(ids, pool.map(self.ledger.job, ids), strict=True))
 
     def _needs(self, job: JobRow | None, target: str) -> str:
         """What an upload whose job row is ``job`` needs: "missed_upload" (no row), "stuck_ingest" (its
@@ -199,7 +209,7 @@ class Reconciler:
             candidates.append((modified, blob.name, etag if etag.startswith('"') else f'"{etag}"'))
         candidates.sort()
         result.seen += len(candidates)
-        known = self._known_jobs(watermark) if candidates else {}
+        known = self._known([(name, etag) for modified, name, etag in candidates if modified <= cutoff])
         # Listings give last-modified to the second: a blob written just after the cutoff can list at or
         # below it, so the mark stays a second behind (those blobs are looked at again, and found known).
         new_mark = cutoff - 1.0
@@ -252,9 +262,8 @@ class Reconciler:
                 result.events += len(records)
                 result.seen += len(records)
                 candidates += [r for r in records if _is_upload(r)]
-        since = min((r.time.timestamp() for r in candidates if r.time), default=0.0)
-        known = self._known_jobs(since) if candidates else {}
         cutoff, resume = self.clock() - self.settings.reconcile_grace_s, dict(ends)
+        known = self._known([(r.name, r.etag) for r in candidates if not r.time or r.time.timestamp() <= cutoff])
         for record in candidates:
             if not self._resolve(result, redrives, record, known, cutoff):
                 here = [*record.position, ends[record.chunk][2]]
@@ -262,7 +271,7 @@ class Reconciler:
         cursor.segment, cursor.chunks = key, resume
         return resume == ends
 
-    def _resolve(self, result: Pass, redrives: dict, record: Record, known: dict[str, JobRow],
+    def _resolve(self, result: Pass, redrives: dict, record: Record, known: dict[str, JobRow | None],
                  cutoff: float) -> bool:
         """True once the upload a BlobCreated record names has its job (or needs none)."""
         if record.time and record.time.timestamp() > cutoff:
@@ -316,7 +325,7 @@ class Reconciler:
 
     def _results(self, result: Pass, state: dict, redrives: dict) -> None:
         cutoff = self.clock() - self.settings.reconcile_grace_s
-        active = self.ledger.open_jobs(*ACTIVE_JOB)  # the index of open jobs (the reports step mends it)
+        active = [j for j in self._open() if j.status in ACTIVE_JOB]
         result.seen += len(active)
         for job in active:
             job_id = job.job_id
@@ -355,20 +364,36 @@ class Reconciler:
 
     # -- reports -------------------------------------------------------------------------------------
 
+    def _open(self) -> list[JobRow]:
+        """The open jobs, through the index, once per pass; the read moves an open entry of an ended job
+        (a crash before its ended entry) to ended, where ``_ended`` finds it."""
+        if "open" not in self._memo:
+            self._memo["open"] = self.ledger.open_jobs()
+        return self._memo["open"]
+
+    def _ended(self, state: dict) -> list[JobRow]:
+        """The jobs that ended since the earlier of the report and after-job checks' last passes (less an
+        hour; a first pass looks back a day): one read of the ended-jobs index, after the open one."""
+        if "ended" not in self._memo:
+            self._open()
+            now = self.clock()
+            within = max(now - float(state[k]) + REPORT_MARGIN_S if state.get(k) else AFTER_FIRST_S
+                         for k in ("last_pass", "after_pass"))
+            self._memo["ended"] = self.ledger.ended_jobs(within)
+        return self._memo["ended"]
+
     def _reports(self, result: Pass, state: dict, redrives: dict) -> None:
-        """Terminal jobs without a report, among the job rows changed since the last pass (less an hour;
-        the first pass looks at all). A report claim or a finish changes the row, so none is missed."""
+        """Terminal jobs without a report among those that ended since the last pass (``_ended``), and on
+        the first pass after an upgrade among every job row (``_catalog``). A job is indexed as ended after
+        its row is written, and an open entry of an ended job is moved to ended by the open read, so none is
+        missed."""
         if self.dry_run:
             return
         now, last = self.clock(), float(state.get("last_pass") or 0.0)
-        since = dt.datetime.fromtimestamp(max(last - REPORT_MARGIN_S, 0.0), dt.UTC)
         stale = min(60.0, float(self.settings.reconcile_grace_s))
-        changed = list(self.ledger.jobs(changed_since=since))  # this slow timer's one query of the jobs table
-        result.seen += len(changed)
-        opened = [j for j in changed if j.status in ACTIVE_JOB]
-        if opened:  # a job opened again whose index entry a crash left out (the scale timer reads the index)
-            self.ledger.index_open(opened)
-        pending = [j for j in changed if not j.reported]
+        rows = {j.job_id: j for j in [*self._ended(state), *self._memo.get("backfilled", [])]}
+        result.seen += len(rows)
+        pending = [j for j in rows.values() if not j.reported]
         for job_id in requeue_reports(self.storage, self.ledger, stale_s=stale, jobs=pending):
             self._act(result, Action("unreported_job", job_id, "requeued"))
         waiting = [j for j in pending if j.status in TERMINAL_JOB and j.status != JobState.REJECTED]
@@ -382,9 +407,8 @@ class Reconciler:
         the ended-jobs index, whose reduce or notification a crash left claimed and not started. A trace
         younger than the grace keeps the window where it was until it is old enough to complete."""
         now, last = self.clock(), float(state.get("after_pass") or 0.0)
-        within = now - last + REPORT_MARGIN_S if last else AFTER_FIRST_S
         young = False
-        ended = self.ledger.ended_jobs(within)
+        ended = self._ended(state)
         result.seen += len(ended)
         for job in ended:
             for trace in recover.find(self.ledger, self.settings, job, now):
@@ -431,7 +455,7 @@ class Reconciler:
             except (ValueError, ResourceNotFoundError, NotFound):
                 continue
             resolved = all(self._redrive_blob(result, redrives, "dead_letter", *where)
-                           for where in _event_blobs(events if isinstance(events, list) else [events]))
+                           for where in event_blobs(events if isinstance(events, list) else [events]))
             if resolved and not self.dry_run:
                 client.delete_blob()
 
@@ -446,7 +470,7 @@ class Reconciler:
         for message in messages:
             result.listed += 1
             try:
-                body = json.loads(_text(message.content))
+                body = json.loads(poison_text(message.content))
                 where = (body["ContainerName"], body["BlobName"])
             except (ValueError, KeyError, TypeError):
                 continue
@@ -468,29 +492,6 @@ def _is_upload(record: Record) -> bool:
     if record.event_type != BLOB_CREATED or record.container != names.INCOMING or not record.name:
         return False
     return is_manifest(record.name) or not is_manifest_input(record.name)
-
-
-def _text(content: str) -> str:
-    """A poison message as written: plain JSON, or base64 of it (the host's messageEncoding)."""
-    import base64
-    import binascii
-
-    if content.lstrip().startswith("{"):
-        return content
-    try:
-        return base64.b64decode(content, validate=True).decode()
-    except (binascii.Error, ValueError):
-        return content
-
-
-def _event_blobs(events: list) -> Iterator[tuple[str, str]]:
-    """(container, blob name) of each Event Grid blob event, from its subject."""
-    for event in events:
-        subject = str((event or {}).get("subject") or "")
-        _, sep, rest = subject.partition("/containers/")
-        container, sep2, name = rest.partition("/blobs/")
-        if sep and sep2 and name:
-            yield container, name
 
 
 def recent_actions(storage: Storage, limit: int = 20) -> list[dict]:
