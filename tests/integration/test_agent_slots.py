@@ -106,6 +106,28 @@ def test_batched_receive_leases_and_renews_each_message(store, tmp_path):
     assert sum(c.counted for c in _collect_all(store, job)) == 3 and ledger.job(job).status == "succeeded"
 
 
+def test_a_queue_of_eight_on_four_slots_is_received_in_two_calls(store, tmp_path):
+    """Issue 24 item 5: freed slots wait (up to refill_s, a bound that ends when the last busy slot frees) for
+    the others, so one Get Messages call fills all four: 8 messages in 2 receives, never more than 4 at once."""
+    ledger = Ledger(store)
+    grid = ", ".join(f"3.{i}" for i in range(8))
+    job = _ingest(store, "slots/refill/job.yaml", f"payload: logistic\ngrid: {{r: [{grid}]}}\n")
+    agent = _agent(store, tmp_path, slots=4, max_items=8, idle_exit_s=10, refill_s=60)
+    batches: list[int] = []
+    receive = agent.storage.receive_many
+
+    def counting(queue, **kw):
+        msgs = receive(queue, **kw)
+        batches.append(len(msgs))
+        return msgs
+
+    agent.storage.receive_many = counting
+    assert agent.run() == 0 and agent.processed == 8
+    assert batches == [4, 4], batches
+    assert all(s.status == "running" and s.attempts == 1 for s in ledger.shards(job))  # each claimed once
+    assert len([b for b in store.list(names.RESULTS, f"{job}/") if b.name.count("/") == 1]) == 8
+
+
 def test_sigterm_with_two_in_flight_preempts_and_releases_both(store, tmp_path):
     ledger = Ledger(store)
     job = _ingest(store, "slots/preempt/job.yaml",
