@@ -64,6 +64,8 @@ class LeaseLoop:
                 inflight = self._refill_wait({f for f in inflight if not f.done()}, slots)
                 want = self._wanted(slots, len(inflight))
                 msgs = self._receive(want) if want > 0 else []
+                if not msgs and not inflight:
+                    self.node.idle()  # only now: between two batches the node stays running in the nodes table
                 if msgs:
                     if self._hand_out(handle, msgs, threads, inflight):
                         break  # only other agents' shapes came
