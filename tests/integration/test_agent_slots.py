@@ -198,6 +198,29 @@ def test_job_rows_are_reused_for_their_ttl_and_read_again_after_a_rerun():
     assert reads[-2:] == ["x", "x"]  # ttl 0: every delivery reads, as before
 
 
+def test_slots_that_find_the_job_row_stale_at_once_share_one_read():
+    entered, release = threading.Event(), threading.Event()
+    reads: list[str] = []
+
+    def read(job_id):
+        reads.append(job_id)
+        entered.set()
+        release.wait(30)
+        return JobRow(job_id=job_id, status="cancelled")
+
+    cache = JobRows(read, ttl_s=5.0, clock=lambda: 0.0)
+    out: list = []
+    lead = threading.Thread(target=lambda: out.append(cache.get("j")))
+    lead.start()
+    assert entered.wait(30)
+    joiner = threading.Thread(target=lambda: out.append(cache.get("j", max_age_s=0)))  # no copy is fresh enough
+    joiner.start()
+    wait_for(lambda: cache._flights["j"].waiters == 1, 30, "the second slot joining the read in flight", poll_s=0.01)
+    release.set()
+    lead.join(30), joiner.join(30)
+    assert reads == ["j"] and [r.status for r in out] == ["cancelled", "cancelled"]  # one read, both answered
+
+
 def test_shard_started_on_a_stale_row_reads_again_and_a_terminal_one_is_refused(store):
     ledger = Ledger(store)
     job = _ingest(store, "slots/rows/job.yaml", "payload: logistic\ngrid: {r: [3.1, 3.2]}\n")
