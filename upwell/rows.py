@@ -284,6 +284,7 @@ class ShardRow(_Row):
     reruns: int = 0
     points: str = ""  # a block's points: JSON list of each point's own values over ``params`` ("": one point)
     points_failed: str = ""  # a block's points that failed, by index, comma-separated (collect writes it)
+    result_json: str = ""  # the result document as compact JSON where it fits a property (collect; the report reads it)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""
     etag: str = ""

@@ -63,6 +63,8 @@ ELSEWHERE: dict[str, tuple[str, str, str]] = {
     "UPWELL_POLL_S": ("1", "agent", "how often an idle agent asks its queue (upwell up: 0.25)"),
     "UPWELL_POOL": ("", "agent", "the pool an agent serves (the pools set it)"),
     "UPWELL_RANKS": ("0", "agent", "the allocation's ranks for an MPI payload (0: the work item's)"),
+    "UPWELL_REFILL_S": ("0.5", "agent", "a slot that frees while others are busy waits this long for them, so one "
+                                        "receive fills them all (0: receive as each frees)"),
     "UPWELL_RESOURCE_GROUP": ("", "app", "the resource group of the VMSS and ACI pools and of the janitor's scan"),
     "UPWELL_RETRY_BACKOFF_S": ("2", "agent", "the first back-off of a failed attempt before its message is visible"),
     "UPWELL_RUN_DIR": ("tmp/upwell-stacks", "local", "where each running `upwell up` records its ports"),

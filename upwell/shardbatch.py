@@ -75,7 +75,7 @@ def reopened(row: ShardRow, now: str) -> dict[str, Any]:
     """An ended shard's fields once it is put back to queued for a re-run: fresh attempt counters."""
     return {"status": "queued", "attempts": 0, "preemptions": 0, "deferrals": 0, "failures": 0, "error": "",
             "stderr_tail": "", "poisoned": False, "released_at": "", "node": "", "queued_at": now,
-            "reruns": row.reruns + 1, **({"points_failed": ""} if row.points else {})}
+            "reruns": row.reruns + 1, "result_json": "", **({"points_failed": ""} if row.points else {})}
 
 
 def cancel(ledger, job_id: str, rows: list[ShardRow], now: str, workers: int) -> int:

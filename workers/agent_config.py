@@ -40,6 +40,7 @@ class AgentConfig:
     max_items: int = 0  # 0: unlimited
     ranks: int = 0  # the allocation's ranks (a Slurm job's CPUs): an MPI payload runs with these; 0: the item's
     slots: int = 1  # work items run at once (the pool's tasks per node); 1: one after another
+    refill_s: float = 0.5  # UPWELL_REFILL_S: a freed slot waits this long for the others, to fill them in one receive
     gang_nodes: int = 1  # the allocation's nodes (workers.gang): a gang agent takes only shards of as many
     apptainer: bool = False  # BYO payloads run in their definition's image through Apptainer (a Slurm pool's option)
     job_row_ttl_s: float = 5.0  # a job row read this recently is reused (workers.jobrows); 0: read every delivery
@@ -63,6 +64,7 @@ class AgentConfig:
                   poll_s=env_float(env, "UPWELL_POLL_S", 1.0, minimum=0.01),
                   ranks=env_int(env, "UPWELL_RANKS", 0, minimum=0),
                   slots=env_int(env, "UPWELL_SLOTS", 1, minimum=1), gang_nodes=gang_nodes(env),
+                  refill_s=env_float(env, "UPWELL_REFILL_S", 0.5, minimum=0),
                   apptainer=env_bool(env, APPTAINER_ENV),
                   job_row_ttl_s=env_float(env, "UPWELL_JOB_ROW_TTL_S", 5.0, minimum=0),
                   shared_machine=env_bool(env, SHARED_MACHINE),

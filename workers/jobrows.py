@@ -7,9 +7,9 @@ definition, the manifest hash, the price key). What changes is the go/no-go: ``s
 it is, and an older one is read again: a cancel, a kill or a spent budget reaches a new delivery within
 ``ttl_s`` (0: every delivery reads the row, as before this cache). A shard row that has been re-run more
 often than the copy knows of (``ShardRow.reruns``) makes the copy stale at once, so a re-run is never
-judged on the row from before it.
+judged on the row from before it. Slots that find the copy stale at once share one read (``refresh``).
 
-State: job id -> (row, when it was read), under one lock (the agent's slots share it).
+State: job id -> (row, when it was read), and the reads in flight, under one lock (the agent's slots share it).
 """
 
 from __future__ import annotations
@@ -23,11 +23,22 @@ from upwell.ledger import JobRow, ShardRow
 _KEEP = 256  # job ids remembered; the oldest copy goes first
 
 
+class _Flight:
+    """One read of a job row in flight: the callers waiting on it, and its answer once ``done``."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.waiters = 0
+        self.row: JobRow | None = None
+        self.ok = False
+
+
 class JobRows:
     def __init__(self, read: Callable[[str], JobRow | None], ttl_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.read, self.ttl_s, self.clock = read, ttl_s, clock
         self._rows: dict[str, tuple[JobRow, float]] = {}
+        self._flights: dict[str, _Flight] = {}  # job id -> the read of it in flight
         self._lock = threading.Lock()
         self.reads = 0
 
@@ -42,20 +53,51 @@ class JobRows:
             fresh = self.clock() - at < limit
             if fresh and (shard is None or shard.reruns <= row.reruns):
                 return row
-        return self.refresh(job_id)
+        row = self.refresh(job_id)
+        if row is not None and shard is not None and shard.reruns > row.reruns:
+            row = self._read(job_id, None)  # a read joined in flight was sent before the re-run: read it now
+        return row
 
     def refresh(self, job_id: str) -> JobRow | None:
+        """Read the row now; a caller that asks while another slot's read of the same job is in flight waits
+        for that read instead of sending its own (its answer is at most one request older than its own would be:
+        slots that start together on one job send one read, not one each)."""
+        with self._lock:  # lead a read of the job, or join the one in flight
+            flight = self._flights.get(job_id)
+            if flight is None:
+                flight = self._flights[job_id] = _Flight()
+                lead = True
+            else:
+                flight.waiters += 1
+                lead = False
+        if lead:
+            return self._read(job_id, flight)
+        flight.done.wait()
+        if flight.ok:
+            return flight.row
+        return self._read(job_id, None)  # the read it waited on failed: its own read raises the error
+
+    def _read(self, job_id: str, flight: _Flight | None) -> JobRow | None:
+        """One read of the row, kept as the copy; ``flight``: the read this one leads, answered and ended."""
         at = self.clock()
-        row = self.read(job_id)
-        with self._lock:
-            self.reads += 1
-            if row is None:
-                self._rows.pop(job_id, None)
-                return None
-            self._rows[job_id] = (row, at)
-            while len(self._rows) > _KEEP:
-                self._rows.pop(next(iter(self._rows)))
-        return row
+        try:
+            row = self.read(job_id)
+            with self._lock:
+                self.reads += 1
+                if row is None:
+                    self._rows.pop(job_id, None)
+                else:
+                    self._rows[job_id] = (row, at)
+                    while len(self._rows) > _KEEP:
+                        self._rows.pop(next(iter(self._rows)))
+            if flight is not None:
+                flight.row, flight.ok = row, True
+            return row
+        finally:
+            if flight is not None:
+                with self._lock:
+                    self._flights.pop(job_id, None)
+                flight.done.set()
 
     def forget(self, job_id: str) -> None:
         with self._lock:

@@ -2,7 +2,12 @@
 each to the agent, up to ``slots`` at once.
 
 One receive asks for up to as many messages as there are free slots; each is leased for ``lease_s``
-from then (``upwell.lease.Lease`` renews it while the payload runs). With one slot each item runs in the
+from then (``upwell.lease.Lease`` renews it while the payload runs), so it never asks for more. A slot that
+frees while others are busy waits up to ``refill_s`` for the rest to free too, so that one Get Messages call
+(Queue REST ``numofmessages``, at most 32) fills them all: short shards then cost one receive per batch of
+slots, not one each (issue 24), and a long shard's freed slot idles at most ``refill_s``. The Functions
+host's queue trigger batches the same way (``batchSize``, ``newBatchThreshold``), with a count bound where
+this has a time bound, since here the slots are the node's cores. With one slot each item runs in the
 loop's thread; with more, each in a slot thread of its own. The loop ends when ``stop`` (preempt: items in
 hand checkpoint and go back) or ``drain`` (items in hand finish) is set, after ``idle_exit_s`` without
 work (a message put back for an agent of another shape is none: a gang holding k nodes that sees only
@@ -15,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from upwell.errors import UpwellError
@@ -56,9 +61,11 @@ class LeaseLoop:
                 if self.node.tick():  # the scaler marked this node draining: take no new work
                     self.drain.set()
                     break
-                inflight = {f for f in inflight if not f.done()}
+                inflight = self._refill_wait({f for f in inflight if not f.done()}, slots)
                 want = self._wanted(slots, len(inflight))
                 msgs = self._receive(want) if want > 0 else []
+                if not msgs and not inflight:
+                    self.node.idle()  # only now: between two batches the node stays running in the nodes table
                 if msgs:
                     if self._hand_out(handle, msgs, threads, inflight):
                         break  # only other agents' shapes came
@@ -85,6 +92,14 @@ class LeaseLoop:
             else:
                 inflight.add(threads.submit(self._one, handle, msg))
         return threads is None and self._idle_out(self._worked, wait=False)
+
+    def _refill_wait(self, inflight: set[Future], slots: int) -> set[Future]:
+        """The slots still busy, after waiting up to refill_s for every busy one to free when some are free
+        and some busy (none is waited for with every slot free, or every slot busy)."""
+        if not inflight or len(inflight) >= slots or self.config.refill_s <= 0:
+            return inflight
+        wait(inflight, timeout=self.config.refill_s, return_when=ALL_COMPLETED)
+        return {f for f in inflight if not f.done()}
 
     def _idle_out(self, idle_since: float, *, wait: bool = True) -> bool:
         """Nothing to do: True when the agent has been idle past idle_exit_s, else (``wait``) wait one poll."""

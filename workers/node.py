@@ -4,7 +4,9 @@ Its identity (id, pool, VM size, spot), which every result records, and its stat
 local pool reads (``upwell.pools.process``): "running" with the shards in hand (``shard`` is the first),
 "idle", or "stopped"; and its heartbeat into the nodes table (``upwell.nodelog``), written by ``Heartbeat`` from
 the lease loop's ticks (each pass of the loop, and each lease tick while a payload runs) at most every
-``beat_s``, and at once when the node's state changes. A periodic beat also reads whether the scaler marked the
+``beat_s``, and at once when the node's state changes. A node whose last shard just ended is not idle until the
+loop's next receive comes back empty (``Node.idle``): between two batches it writes neither idle nor running
+again. A periodic beat also reads whether the scaler marked the
 node draining (``Node.draining``): the loop then takes no new work and, once it holds nothing, the last beat
 says ``drained``, which lets the scaler remove the node by id.
 """
@@ -69,7 +71,8 @@ class Heartbeat:
 
 
 class Node:
-    """State: the shards in hand (message id -> "job/shard") and the state file, under one lock
+    """State: the shards in hand (message id -> "job/shard"), the state file, and whether the node is between
+    batches (its last shard just ended and the loop has not yet heard the queue say it is empty), under one lock
     (the agent's slots share the node)."""
 
     def __init__(self, node_id: str, pool: str, *, vm_size: str = "local", spot: bool = False,
@@ -78,6 +81,7 @@ class Node:
         self.state_file, self.slots, self.heartbeat = state_file, max(1, slots), heartbeat
         self._lock = threading.Lock()
         self._running: dict[str, str] = {}
+        self._between = False
 
     def describe(self) -> dict[str, Any]:
         """The node as a result document records it."""
@@ -95,6 +99,7 @@ class Node:
         finally:
             with self._lock:
                 self._running.pop(key, None)
+                self._between = not self._running
 
     def refresh(self) -> None:
         """Write the state file as things stand: running with the shards in hand, or idle; beat if due."""
@@ -105,6 +110,13 @@ class Node:
     def state(self, state: str) -> None:
         with self._lock:
             self._write(state)
+            self._between = False
+        self.tick()
+
+    def idle(self) -> None:
+        """The loop found the queue empty with nothing in hand: the node is idle now, and beats so."""
+        with self._lock:
+            self._between = False
         self.tick()
 
     @property
@@ -118,6 +130,9 @@ class Node:
             return False
         with self._lock:
             shards = sorted(self._running.values())
+            between = self._between and not shards
+        if between:  # the loop is asking for more work: idle only once the queue says so (no idle-running pair
+            return self.heartbeat.draining  # of writes between two batches)
         return self.heartbeat.beat(NodeState.RUNNING if shards else NodeState.IDLE, shards)
 
     def ticking(self, extend):

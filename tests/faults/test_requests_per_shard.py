@@ -5,7 +5,9 @@ in-process devhost (ingest by its Event Grid-sourced blob trigger, collect by th
 queue, the scale timer at its Azure schedule of every 30 s) and a real agent run here (no agent process,
 so its requests are counted too). ``tests.faults.request_meter`` counts every request the SDK clients send,
 the host's blob-trigger queue traffic included, and leaves out only the Event Grid stand-in (on Azure the
-account raises those events). The figure per shard is asserted against ``BOUND``, and the job ends whole.
+account raises those events) and the test's own waits for the ingest and the report (``RequestMeter.unmetered``:
+what `upwell watch` would read, no part of the pipeline). The figure per shard is asserted against ``BOUND``, and
+the job ends whole.
 
 A sweep of tiny points in blocks (``points_per_item``, upwell.ingest.blocks) pays the per-item requests once per
 block: ``POINTS`` points in blocks of ``K`` are asserted at ``POINT_BOUND`` requests per point (issue 24's goal is
@@ -25,7 +27,9 @@ from upwell.settings import Settings
 from workers.agent import Agent, AgentConfig
 
 SHARDS = 100
-BOUND = 23.0  # requests per shard as measured here (22.3); issue 24 asks 8: bench/README.md says where they go
+# requests per shard as measured here: 18.6-18.8 (20.6 before slots refilled together, the report read results from
+# the rows and slots shared a stale job row's read); issue 24 asks 8: bench/README.md says where they go
+BOUND = 19.5
 POINTS, K = 128, 16
 POINT_BOUND = 8.0  # requests per point of a sweep in blocks of K (issue 24, item 5)
 
@@ -39,11 +43,13 @@ def run_sweep(stack, n: int, meter: RequestMeter, k: int = 1) -> str:
         manifest["points_per_item"] = k
     with harness.in_process_host(stack, functions=["ingest", "collect", "report", "scale"]), meter:
         job_id = harness.upload(stack.storage, "requests/job.yaml", yaml.safe_dump(manifest).encode())
-        harness.wait_until(lambda: getattr(ledger.job(job_id), "status", "") == "accepted", 120, "the ingest")
+        with meter.unmetered():  # the test's own watching is no request of the pipeline's
+            harness.wait_until(lambda: getattr(ledger.job(job_id), "status", "") == "accepted", 120, "the ingest")
         agent = Agent(stack.storage, AgentConfig(pool="cpu", node_id="meter-1", idle_exit_s=1.0, poll_s=0.25,
                                                  slots=4), Settings.from_env())
         agent.run()
-        harness.wait_until(lambda: getattr(ledger.job(job_id), "reported", False), 120, "the report")
+        with meter.unmetered():
+            harness.wait_until(lambda: getattr(ledger.job(job_id), "reported", False), 120, "the report")
     return job_id
 
 

@@ -106,6 +106,28 @@ def test_batched_receive_leases_and_renews_each_message(store, tmp_path):
     assert sum(c.counted for c in _collect_all(store, job)) == 3 and ledger.job(job).status == "succeeded"
 
 
+def test_a_queue_of_eight_on_four_slots_is_received_in_two_calls(store, tmp_path):
+    """Issue 24 item 5: freed slots wait (up to refill_s, a bound that ends when the last busy slot frees) for
+    the others, so one Get Messages call fills all four: 8 messages in 2 receives, never more than 4 at once."""
+    ledger = Ledger(store)
+    grid = ", ".join(f"3.{i}" for i in range(8))
+    job = _ingest(store, "slots/refill/job.yaml", f"payload: logistic\ngrid: {{r: [{grid}]}}\n")
+    agent = _agent(store, tmp_path, slots=4, max_items=8, idle_exit_s=10, refill_s=60)
+    batches: list[int] = []
+    receive = agent.storage.receive_many
+
+    def counting(queue, **kw):
+        msgs = receive(queue, **kw)
+        batches.append(len(msgs))
+        return msgs
+
+    agent.storage.receive_many = counting
+    assert agent.run() == 0 and agent.processed == 8
+    assert batches == [4, 4], batches
+    assert all(s.status == "running" and s.attempts == 1 for s in ledger.shards(job))  # each claimed once
+    assert len([b for b in store.list(names.RESULTS, f"{job}/") if b.name.count("/") == 1]) == 8
+
+
 def test_sigterm_with_two_in_flight_preempts_and_releases_both(store, tmp_path):
     ledger = Ledger(store)
     job = _ingest(store, "slots/preempt/job.yaml",
@@ -174,6 +196,29 @@ def test_job_rows_are_reused_for_their_ttl_and_read_again_after_a_rerun():
     no_cache = JobRows(read, ttl_s=0, clock=lambda: now[0])
     no_cache.get("x"), no_cache.get("x")
     assert reads[-2:] == ["x", "x"]  # ttl 0: every delivery reads, as before
+
+
+def test_slots_that_find_the_job_row_stale_at_once_share_one_read():
+    entered, release = threading.Event(), threading.Event()
+    reads: list[str] = []
+
+    def read(job_id):
+        reads.append(job_id)
+        entered.set()
+        release.wait(30)
+        return JobRow(job_id=job_id, status="cancelled")
+
+    cache = JobRows(read, ttl_s=5.0, clock=lambda: 0.0)
+    out: list = []
+    lead = threading.Thread(target=lambda: out.append(cache.get("j")))
+    lead.start()
+    assert entered.wait(30)
+    joiner = threading.Thread(target=lambda: out.append(cache.get("j", max_age_s=0)))  # no copy is fresh enough
+    joiner.start()
+    wait_for(lambda: cache._flights["j"].waiters == 1, 30, "the second slot joining the read in flight", poll_s=0.01)
+    release.set()
+    lead.join(30), joiner.join(30)
+    assert reads == ["j"] and [r.status for r in out] == ["cancelled", "cancelled"]  # one read, both answered
 
 
 def test_shard_started_on_a_stale_row_reads_again_and_a_terminal_one_is_refused(store):

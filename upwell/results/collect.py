@@ -18,6 +18,10 @@ from upwell.results import points
 from upwell.storage import Storage
 
 RESULT_NAME = re.compile(r"^(?P<job>[^/]+)/(?P<shard>[^/]+)\.json$")
+# A Table String property holds up to 64 KiB as UTF-16 and an entity 1 MiB in all ("Understanding the Table
+# service data model", learn.microsoft.com/rest/api/storageservices): ASCII JSON of at most this many characters
+# is well inside the first and leaves the rest of the shard row (error, stderr tail, history) room in the second.
+ROW_RESULT_CHARS = 30_000
 log = logs.get("upwell.results.collect")
 
 
@@ -72,6 +76,17 @@ def _shard_seen(doc: dict, job_id: str, shard_id: str) -> ShardRow | None:
     return ShardRow(job_id=job_id, shard_id=shard_id, status=status, etag=seen["etag"])
 
 
+def row_result(doc: dict) -> str:
+    """The result document as the shard row keeps it for the report (upwell.results.publish.gather): compact,
+    ASCII-only JSON (one character, one UTF-16 unit), or "" when longer than ROW_RESULT_CHARS or not JSON-able;
+    the blob results/<job>/<shard>.json stays the record."""
+    try:
+        text = json.dumps(doc, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return ""
+    return text if len(text) <= ROW_RESULT_CHARS else ""
+
+
 def _usage(timings: dict) -> dict[str, float]:
     """The payload's CPU seconds and peak RSS as the agent measured them (workers.usage), where it did."""
     return {k: float(timings[k]) for k in ("cpu_s", "max_rss_mb") if isinstance(timings.get(k), int | float)}
@@ -93,16 +108,17 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     job_id, shard_id = m["job"], m["shard"]
     try:
         doc = json.loads(storage.read(f"{names.RESULTS}/{name}"))
+        kept = row_result(doc) if isinstance(doc, dict) else ""  # the report reads this copy instead of the blob
     except NotFound:
         return None
     except json.JSONDecodeError:
-        doc = {"status": "failed", "error": f"results/{name} is not valid JSON"}
+        doc, kept = {"status": "failed", "error": f"results/{name} is not valid JSON"}, ""
     job = ledger.job(job_id) or JobRow(job_id=job_id)
     status = ShardState.SUCCEEDED if doc.get("status") == "succeeded" else ShardState.FAILED
     t = doc.get("timings") or {}
     fields = {"finished_at": t.get("finished") or "", "error": (doc.get("error") or "")[:2000],
               "stderr_tail": (doc.get("stderr_tail") or "")[-4000:], "node_seconds": float(t.get("node_seconds") or 0),
-              "result_blob": f"{names.RESULTS}/{name}", **_usage(t)}
+              "result_blob": f"{names.RESULTS}/{name}", "result_json": kept, **_usage(t)}
     if doc.get("poisoned"):
         fields["poisoned"] = True
     if (failed_points := points.failed_points(doc)) is not None:  # a block's (upwell.results.points)

@@ -38,22 +38,39 @@ class Published:
 
 def gather(storage: Storage, ledger: Ledger, job_id: str) -> tuple[JobRow, list[ShardRow], list[dict], list[dict]]:
     """What the report is built from: the job's rows, its result documents and the pool's scale events.
-    Each shard's result is read by its name (``<job>/<shard>.json``; a shard that wrote none reads as
-    missing), not found by listing ``results/<job>/``: a listing's pages cost more than the reads they
-    save, and grew faster than the shards (issue 24; bench/README.md, "Report build"). A job without shard
-    rows (pruned) has its results listed."""
+    A shard's result comes from its row where collect kept a copy (``ShardRow.result_json``, the same document
+    as compact JSON, upwell.results.collect.row_result): no request beyond the rows already read. Only a row
+    without one has its result read by name (``<job>/<shard>.json``; a shard that wrote none reads as missing),
+    not found by listing ``results/<job>/``: a listing's pages cost more than the reads they save, and grew
+    faster than the shards (issue 24; bench/README.md, "Report build"). A job without shard rows (pruned) has
+    its results listed."""
     job = ledger.job(job_id) or JobRow(job_id=job_id)
     shards = sorted(ledger.shards(job_id), key=lambda r: r.shard_id)
-    wanted: Iterable[str] = [f"{job_id}/{r.shard_id}.json" for r in shards]
+    kept = [_kept(r) for r in shards]
+    wanted: Iterable[str] = [f"{job_id}/{r.shard_id}.json" for r, doc in zip(shards, kept, strict=True)
+                             if doc is None]
     if not shards:
         wanted = (b.name for b in storage.list(names.RESULTS, f"{job_id}/")
                   if b.name.count("/") == 1 and b.name.endswith(".json"))
     # one round trip per result: READERS at once, in listing order (100,000 one by one took minutes)
     with ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="report-read") as pool:
-        results = [doc for doc in pool.map(lambda name: _result(storage, name), wanted) if doc is not None]
+        read = iter(pool.map(lambda name: _result(storage, name), wanted))
+        docs = [doc if doc is not None else next(read) for doc in kept] if shards else list(read)
+    results = [doc for doc in docs if doc is not None]
     events = scale_events(storage, job)
     shards, results = points.expand(shards, results)  # a block's result as its points (upwell.results.points)
     return job, shards, results, events
+
+
+def _kept(row: ShardRow) -> dict | None:
+    """The result document collect kept on the shard row; None when it kept none (too long) or it is unreadable."""
+    if not row.result_json:
+        return None
+    try:
+        doc = json.loads(row.result_json)
+    except json.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _result(storage: Storage, name: str) -> dict | None:
