@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -123,6 +124,15 @@ def size(n: int, report_n: int) -> dict:
         return out
 
 
+def requests_in_child(n: int) -> dict:
+    """``requests_per_shard(n)`` in a process of its own: the function app and the devhost hold their storage
+    clients from the first run's environment, so a second sweep in one process would talk to a stopped
+    Azurite. The child's figures are the last line of its stdout; its log lines pass through to stderr."""
+    done = subprocess.run([sys.executable, __file__, "--requests-child", str(n)], check=True, stdout=subprocess.PIPE,
+                          text=True, cwd=Path(__file__).resolve().parent.parent)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def requests_per_shard(n: int) -> dict:
     """The end-to-end request count of tests/faults/test_requests_per_shard.py, run here."""
     from tests.faults import harness
@@ -184,6 +194,9 @@ def sizes(text: str) -> tuple[int, ...]:
 
 
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--requests-child":
+        print(json.dumps(requests_per_shard(int(sys.argv[2]))), flush=True)
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", type=int, default=1000)
     p.add_argument("--big", type=int, default=100_000)
@@ -198,7 +211,7 @@ def main() -> None:
     figures = {"small": size(args.small, args.report_small), "big": size(args.big, args.report_big)}
     print(json.dumps(figures, indent=1), flush=True)
     if args.requests:
-        figures["requests"] = {str(n): requests_per_shard(n) for n in args.requests}
+        figures["requests"] = {str(n): requests_in_child(n) for n in args.requests}
         print(json.dumps(figures["requests"], indent=1))
     if args.idle_small:
         figures["idle"] = idle_requests((args.idle_small, args.idle_big))

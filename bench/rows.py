@@ -226,7 +226,7 @@ def render(table: list[dict], summary: dict) -> str:
     lines = [f"upwell bench  {summary['time']}  plan {summary.get('plan', 'default')}{took}  load "
              f"{summary['load_before']} -> {summary['load_after']}", head, "-" * len(head)]
     for r in table:
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}" if abs(r["ratio"]) >= 0.01 else f"{r['ratio']:.1e}"
         met = {True: "yes", False: "no", None: ""}[r["met"]]
         spread_ = "" if r.get("spread") is None else f"{100 * r['spread']:.1f}%" + ("!" if r.get("unstable") else "")
         lines.append(f"{r['measure']:<{w}}  {r['figure']:>28}  {r['baseline']:>18}  {ratio:>7}  {spread_:>7}  "
