@@ -39,7 +39,7 @@ SCALE_FULL = ("--small", "1000", "--big", "100000", "--report-small", "1000", "-
 PLANS: dict[str, tuple[Step, ...]] = {
     "default": (
         Step("heat"), Step("train"), Step("pipeline"), Step("latency"), Step("scaling"),
-        Step("reconcile", ("--blobs", "1000", "--new", "100", "--repeat", "3"), runs=1),
+        Step("reconcile", ("--blobs", "2000", "--new", "100", "--repeat", "3"), runs=1),
         Step("drop", ("--sizes", "30,300", "--repeat", "3"), runs=1),
         Step("scale", SCALE_DEFAULT, runs=1),
     ),
