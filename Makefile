@@ -57,7 +57,7 @@ test-fast: install iac-install
 lint: install
 	$(BIN)/ruff check .
 
-# Every bench, the scale ones at smaller sizes than issue 24's: about 25 minutes on 2 shared vCPUs (bench/README.md).
+# Every bench, the scale ones at smaller sizes than issue 24's: about 17 minutes on 2 shared vCPUs (bench/README.md).
 bench: install
 	@$(BIN)/python bench/run_all.py --plan default --repeat 3
 

@@ -2,7 +2,7 @@
 
 Two plans:
 
-- ``default`` (``make bench``, about 25 minutes on a shared 2-vCPU machine): every bench. The timed benches
+- ``default`` (``make bench``, about 17 minutes on a shared 2-vCPU machine at load 3–11): every bench. The timed benches
   whose rows are ratios against a baseline run ``--repeat`` times, so each row shows its spread over runs.
   The scale, drop and reconcile benches run once, at sizes that still show how each cost grows (two sizes a
   measure: sweeps of 1,000 and 5,000 points, drops of 30 and 300 MB): their rows are counts, or growth ratios
