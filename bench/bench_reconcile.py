@@ -105,12 +105,16 @@ class State:
         self.restore(json.dumps(state))
 
 
-def median_of(repeat: int, fn, before=lambda: None) -> tuple[float, object]:
+def median_of(repeat: int, fn, before=lambda: None, runs: list[float] | None = None) -> tuple[float, object]:
+    """The median seconds of ``repeat`` calls of ``fn`` (each after ``before``) and the last value; every
+    call's seconds are appended to ``runs`` where it is given (the row's spread)."""
     times, value = [], None
     for _ in range(repeat):
         before()
         t, value = timed(fn)
         times.append(t)
+    if runs is not None:
+        runs += times
     return statistics.median(times), value
 
 
@@ -172,12 +176,16 @@ def measure(store: Storage, args) -> dict:
         def incoming_step(settings=settings):
             return Reconciler(store, settings).run(steps=("incoming",))
 
-        t_pass, whole = median_of(args.repeat, whole_pass, again)
-        t_step, step = median_of(args.repeat, incoming_step, again)
+        pass_runs: list[float] = []
+        step_runs: list[float] = []
+        t_pass, whole = median_of(args.repeat, whole_pass, again, pass_runs)
+        t_step, step = median_of(args.repeat, incoming_step, again, step_runs)
         assert whole.actions == [] and step.checked == args.new, (mode, whole, step)
         out[mode] = {
             "pass_s": t_pass,
+            "pass_runs_s": pass_runs,
             "incoming_s": t_step,
+            "incoming_runs_s": step_runs,
             "listed": step.listed,
             "events": step.events,
             "checked": step.checked,
@@ -186,11 +194,14 @@ def measure(store: Storage, args) -> dict:
     assert out["listing"]["listed"] == args.blobs + args.new
     Reconciler(store, changefeed).run(steps=("incoming",))  # the cursor past the new records
     after = state.save()
+    idle_runs: list[float] = []
     t_idle, idle = median_of(
-        args.repeat, lambda: Reconciler(store, changefeed).run(steps=("incoming",)), lambda: state.restore(after)
+        args.repeat, lambda: Reconciler(store, changefeed).run(steps=("incoming",)), lambda: state.restore(after),
+        idle_runs,
     )
     assert idle.events == 0 and idle.checked == 0
     out["changefeed"]["idle_incoming_s"] = t_idle
+    out["changefeed"]["idle_incoming_runs_s"] = idle_runs
     return out
 
 

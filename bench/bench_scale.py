@@ -10,8 +10,9 @@ For each size (``--small`` 1,000 and ``--big`` 100,000 points by default), in a 
 3. for the report, ``--report-small`` and ``--report-big`` shards of such a job are given a result each
    and the job is marked done; the report's build (``upwell.results.publish.publish``) is timed.
 
-Then, once, the requests per shard of a 100-shard sweep end to end (ingest, agent, collect, report, the
-scale timer's share, the devhost's blob-trigger queue traffic; ``tests/faults/request_meter.py``), and the
+Then the requests per shard of a sweep end to end at each of the ``--requests`` sizes (50 and 100 shards:
+ingest, agent, collect, report, the scale timer's share, the devhost's blob-trigger queue traffic;
+``tests/faults/request_meter.py``), each in a fresh Azurite, and the
 requests of one idle tick of each timer (the scale timer, the reconciler's pass, the janitor) on an idle stack
 after ``--idle-small`` and ``--idle-big`` finished jobs (``tests/faults/test_idle_reads.py``), with the
 requests per idle minute under `upwell up`'s schedules.
@@ -19,7 +20,7 @@ requests per idle minute under `upwell up`'s schedules.
 The ratios are big ÷ small of the time per shard (ingest) or of the time (status, dashboard, report).
 
     .venv/bin/python bench/bench_scale.py [--small 1000] [--big 100000] [--report-small 1000]
-        [--report-big 10000] [--requests 100] [--idle-small 10] [--idle-big 200] [--json bench/out/scale.json]
+        [--report-big 10000] [--requests 50,100] [--idle-small 10] [--idle-big 200] [--json bench/out/scale.json]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,21 +73,23 @@ def ingest(store: Storage, n: int) -> tuple[str, int, float]:
     return out.job_id, out.shards, secs
 
 
-def timed(fn, repeat: int = 5) -> float:
-    """The median wall time of ``repeat`` calls."""
+def timed(fn, repeat: int = 5) -> list[float]:
+    """The wall times of ``repeat`` calls."""
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return times
 
 
-def reads(store: Storage, job_id: str) -> dict[str, float]:
+def reads(store: Storage, job_id: str) -> dict:
+    """Status and the dashboard's job view, five times each: the median, and every time (``*_runs_s``)."""
     status = timed(lambda: job_status(store, job_id))
     api = JobAPI(store, Settings(), Caller("function_key", "bench", None))  # automation: every project
     detail = timed(lambda: dashboard.job_detail(api, job_id))
-    return {"status_s": status, "dashboard_job_s": detail}
+    return {"status_s": statistics.median(status), "status_runs_s": status,
+            "dashboard_job_s": statistics.median(detail), "dashboard_job_runs_s": detail}
 
 
 def report(store: Storage, job_id: str, shards: int) -> float:
@@ -118,6 +122,15 @@ def size(n: int, report_n: int) -> dict:
         small_job, _, _ = ingest(store, report_n) if report_n != shards else (job_id, 0, 0)
         out.update(report_shards=report_n, report_s=report(store, small_job, report_n))
         return out
+
+
+def requests_in_child(n: int) -> dict:
+    """``requests_per_shard(n)`` in a process of its own: the function app and the devhost hold their storage
+    clients from the first run's environment, so a second sweep in one process would talk to a stopped
+    Azurite. The child's figures are the last line of its stdout; its log lines pass through to stderr."""
+    done = subprocess.run([sys.executable, __file__, "--requests-child", str(n)], check=True, stdout=subprocess.PIPE,
+                          text=True, cwd=Path(__file__).resolve().parent.parent)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def requests_per_shard(n: int) -> dict:
@@ -167,13 +180,30 @@ def idle_requests(sizes: tuple[int, ...]) -> dict:
         emulator.stop()
 
 
+def sizes(text: str) -> tuple[int, ...]:
+    """``--requests``: ``0`` (skip), or shard counts separated by commas, each at least 1."""
+    try:
+        out = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected shard counts separated by commas, got {text!r}") from None
+    if out == (0,):
+        return ()
+    if any(n < 1 for n in out):
+        raise argparse.ArgumentTypeError(f"shard counts must be at least 1, got {text!r}")
+    return out
+
+
 def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--requests-child":
+        print(json.dumps(requests_per_shard(int(sys.argv[2]))), flush=True)
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", type=int, default=1000)
     p.add_argument("--big", type=int, default=100_000)
     p.add_argument("--report-small", type=int, default=1000)
     p.add_argument("--report-big", type=int, default=10_000)
-    p.add_argument("--requests", type=int, default=100, help="shards of the end-to-end request count (0: skip)")
+    p.add_argument("--requests", type=sizes, default=(50, 100),
+                   help="shards of the end-to-end request count at two sizes, the small one first (0: skip)")
     p.add_argument("--idle-small", type=int, default=10, help="finished jobs before the first idle count (0: skip)")
     p.add_argument("--idle-big", type=int, default=200, help="finished jobs before the second idle count")
     p.add_argument("--json", type=Path)
@@ -181,7 +211,7 @@ def main() -> None:
     figures = {"small": size(args.small, args.report_small), "big": size(args.big, args.report_big)}
     print(json.dumps(figures, indent=1), flush=True)
     if args.requests:
-        figures["requests"] = requests_per_shard(args.requests)
+        figures["requests"] = {str(n): requests_in_child(n) for n in args.requests}
         print(json.dumps(figures["requests"], indent=1))
     if args.idle_small:
         figures["idle"] = idle_requests((args.idle_small, args.idle_big))

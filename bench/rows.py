@@ -90,16 +90,36 @@ def _scale(f: dict) -> list[dict]:
                 f"{small['per_shard_ms']:.2f} ms", big["per_shard_ms"] / small["per_shard_ms"], ("<=", 1.2))]
     for key, what in (("status_s", "`upwell status JOB`"), ("dashboard_job_s", "dashboard job view")):
         out.append({**_row(f"{what}, {m} ÷ {n} shards (goal ≤ 2 s at {m})", f"{big[key]:.3f} s",
-                           f"{small[key]:.3f} s", big[key] / small[key], None), "met": big[key] <= 2.0})
+                           f"{small[key]:.3f} s", big[key] / small[key], None), "met": big[key] <= 2.0,
+                    **_within(big.get(key.removesuffix("_s") + "_runs_s"))})
     out.append(_row(f"report build, {big['report_shards']:,} ÷ {small['report_shards']:,} shards",
                     f"{big['report_s']:.1f} s", f"{small['report_s']:.1f} s", big["report_s"] / small["report_s"],
                     ("<=", 1.1 * big["report_shards"] / small["report_shards"])))  # linear, 10% slack
-    r = f.get("requests")
-    if r:
-        split = ", ".join(f"{k} {r[k]:.1f}" for k in ("table", "blob", "queue") if k in r)
-        out.append({**_row(f"storage requests per shard, end to end, {r['shards']} shards (goal ≤ 8)",
-                           f"{r['total']:.1f}", split, None, None), "met": r["total"] <= 8})
-    return out + _idle(f.get("idle") or {})
+    return out + _requests(f.get("requests") or {}) + _idle(f.get("idle") or {})
+
+
+def _requests(per_size: dict) -> list[dict]:
+    """Storage requests per shard, end to end, at two sweep sizes: the ratio big ÷ small (flat is 1), met where
+    the big sweep's count reaches the issue's goal of 8; then the big sweep's count by service."""
+    if "total" in per_size:  # one size, as bench_scale wrote it before it counted two
+        per_size = {str(per_size["shards"]): per_size}
+    if not per_size:
+        return []
+    counts = sorted(per_size.values(), key=lambda r: r["shards"])
+    a, b = counts[0], counts[-1]
+    sizes = f"{b['shards']} ÷ {a['shards']} shards" if len(counts) > 1 else f"{b['shards']} shards"
+    out = [{**_row(f"storage requests per shard, end to end, {sizes} (goal ≤ 8)", f"{b['total']:.1f}",
+                   f"{a['total']:.1f}" if len(counts) > 1 else "", b["total"] / a["total"] if len(counts) > 1 else None,
+                   None), "met": b["total"] <= 8, "value": b["total"]}]
+    split = " ".join(f"{k} {b[k]:.1f}" for k in ("table", "blob", "queue") if k in b)
+    return out + [_row(f"storage requests per shard by service, {b['shards']} shards", split, "", None, None)]
+
+
+def _within(samples: list[float] | None) -> dict:
+    """The spread of a bench's own repeats within one run (a bench run once): ``spread`` and ``unstable`` as
+    ``spread`` below sets them over runs; nothing where there were fewer than two."""
+    s = pairs.spread(samples or [])
+    return {} if s is None else {"spread": s, "unstable": s > pairs.STABLE}
 
 
 def _idle(idle: dict) -> list[dict]:
@@ -116,19 +136,22 @@ def _idle(idle: dict) -> list[dict]:
 
 
 def _reconcile(f: dict) -> list[dict]:
+    """bench_reconcile, run once: each timed pass is the median of its repeats, against the median bare listing;
+    the spread is that of the pass's repeats (``*_runs_s``, where the bench recorded them)."""
     n, new, base = f["blobs"], f["new"], f["list_s"]
     out = [_row(f"reconcile warm pass, listing, nothing new of {n:,} uploads ÷ bare listing", f"{f['warm_s']:.2f} s",
                 f"{f['bare_list_s']:.2f} s", f["warm_s"] / f["bare_list_s"], None)]
     for mode in ("listing", "changefeed"):
         m = f[mode]
         seen = f"{m['events']:,} feed records" if mode == "changefeed" else f"{m['listed']:,} listed"
-        out += [_row(f"reconcile pass, {mode}, {new} new of {n + new:,} ÷ bare listing", f"{m['pass_s']:.2f} s",
-                     f"{base:.2f} s", m["pass_s"] / base, None),
-                _row(f"reconcile incoming/ step, {mode} ({seen}) ÷ bare listing", f"{m['incoming_s']:.2f} s",
-                     f"{base:.2f} s", m["incoming_s"] / base, ("<=", 0.1) if mode == "changefeed" else None)]
+        out += [{**_row(f"reconcile pass, {mode}, {new} new of {n + new:,} ÷ bare listing", f"{m['pass_s']:.2f} s",
+                        f"{base:.2f} s", m["pass_s"] / base, None), **_within(m.get("pass_runs_s"))},
+                {**_row(f"reconcile incoming/ step, {mode} ({seen}) ÷ bare listing", f"{m['incoming_s']:.2f} s",
+                        f"{base:.2f} s", m["incoming_s"] / base, ("<=", 0.1) if mode == "changefeed" else None),
+                 **_within(m.get("incoming_runs_s"))}]
     idle = f["changefeed"]["idle_incoming_s"]
-    out.append(_row("reconcile incoming/ step, changefeed, nothing new ÷ bare listing", f"{idle:.2f} s",
-                    f"{base:.2f} s", idle / base, None))
+    out.append({**_row("reconcile incoming/ step, changefeed, nothing new ÷ bare listing", f"{idle:.2f} s",
+                       f"{base:.2f} s", idle / base, None), **_within(f["changefeed"].get("idle_incoming_runs_s"))})
     return out
 
 
@@ -166,10 +189,18 @@ def spread(runs: list[list[dict]]) -> list[dict]:
 
 
 def _drop(f: dict) -> list[dict]:
-    """bench_drop: ingest of a small and a large CSV drop (issue 24, item 2)."""
+    """bench_drop, run once: ingest of a small and a large CSV drop (issue 24, item 2). The ratio rows carry the
+    spread of their pairs (each download and the ingest after it); the time row, ingest of the large drop ÷ the
+    small (linear: their sizes' ratio), the spread of that ratio over the repeats."""
     small, large = f["runs"][0], f["runs"][-1]
-    out = [_row(f"ingest ÷ plain download of the same blob, {r['mb']} MB drop", f"{min(r['ingest_s']):.2f} s",
-                f"{min(r['plain_s']):.2f} s", r["ratio"], (">=", 0.9)) for r in f["runs"]]
+    out = [{**_row(f"ingest ÷ plain download of the same blob, {r['mb']} MB drop", f"{min(r['ingest_s']):.2f} s",
+                   f"{min(r['plain_s']):.2f} s", r["ratio"], (">=", 0.9)), **_within(r.get("pair_ratios"))}
+           for r in f["runs"]]
+    times = [b / a for a, b in zip(small["ingest_s"], large["ingest_s"], strict=False)]
+    out.append({**_row(f"ingest time, {large['mb']} MB ÷ {small['mb']} MB drop (linear: "
+                       f"{large['bytes'] / small['bytes']:.1f})", f"{statistics.median(large['ingest_s']):.2f} s",
+                       f"{statistics.median(small['ingest_s']):.2f} s", statistics.median(times), None),
+                **_within(times)})
     out.append(_row(f"ingest peak RSS, {large['mb']} MB ÷ {small['mb']} MB drop",
                     f"{large['rss_peak_kb'] / 1024:.0f} MB", f"{small['rss_peak_kb'] / 1024:.0f} MB", f["rss_ratio"],
                     ("<=", 1.2)))
@@ -191,10 +222,11 @@ def rows(name: str, figures: dict | None) -> list[dict]:
 def render(table: list[dict], summary: dict) -> str:
     w = max(len(r["measure"]) for r in table) if table else 10
     head = f"{'measure':<{w}}  {'upwell':>28}  {'baseline':>18}  {'ratio':>7}  {'spread':>7}  {'goal':>7}  met"
-    lines = [f"upwell bench  {summary['time']}  load {summary['load_before']} -> {summary['load_after']}", head,
-             "-" * len(head)]
+    took = f"  {summary['seconds'] // 60} min {summary['seconds'] % 60} s" if "seconds" in summary else ""
+    lines = [f"upwell bench  {summary['time']}  plan {summary.get('plan', 'default')}{took}  load "
+             f"{summary['load_before']} -> {summary['load_after']}", head, "-" * len(head)]
     for r in table:
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}" if abs(r["ratio"]) >= 0.01 else f"{r['ratio']:.1e}"
         met = {True: "yes", False: "no", None: ""}[r["met"]]
         spread_ = "" if r.get("spread") is None else f"{100 * r['spread']:.1f}%" + ("!" if r.get("unstable") else "")
         lines.append(f"{r['measure']:<{w}}  {r['figure']:>28}  {r['baseline']:>18}  {ratio:>7}  {spread_:>7}  "

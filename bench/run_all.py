@@ -1,15 +1,18 @@
-"""Run every benchmark in bench/ and print one table of their ratios.
+"""Run the benchmarks of a plan (``bench/plan.py``) and print one table of their ratios.
 
-Each ``bench_*.py`` runs in its own process with ``--json bench/out/<name>.json``; its
-own output and any log lines go to ``bench/out/<name>.log`` (structlog is silenced with
-``UPWELL_LOG_LEVEL=error``), so the terminal shows only the table. The table, the
-machine load and every figure are also written to ``bench/out/summary.json``.
+Each ``bench_*.py`` runs in its own process with its plan's arguments and ``--json bench/out/<name>.json``;
+its own output and any log lines, stdout and stderr, go to ``bench/out/<name>.log`` (structlog is silenced
+with ``UPWELL_LOG_LEVEL=error``), so stdout shows only the table and stderr nothing (the progress line is
+drawn only where stderr is a terminal). The table, the machine load, the plan, each bench's seconds and
+every figure are also written to ``bench/out/summary.json``.
 
-    .venv/bin/python bench/run_all.py [--only pipeline,heat] [--repeat 3] [--out bench/out]
+    .venv/bin/python bench/run_all.py [--plan default|scale] [--only pipeline,heat] [--repeat 3] [--out bench/out]
 
-With ``--repeat k`` each bench but those in ONCE runs k times; each row shows the median ratio and the
-spread of the k ratios, (max − min) ÷ median (a row of seconds: of its seconds). Two runs on a quiet machine
-should agree within 5% (``bench.pairs.STABLE``): a row over it is marked ``!`` and listed under the table.
+With ``--repeat k`` each bench whose plan step does not fix its runs runs k times; each row shows the median
+ratio and the spread of the k ratios, (max − min) ÷ median (a row of seconds: of its seconds). A bench run
+once (scale, drop, reconcile) shows the spread of its own repeats within the run where it has them. Two runs
+on a quiet machine should agree within 5% (``bench.pairs.STABLE``): a row over it is marked ``!`` and listed
+under the table.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import rows  # noqa: E402
+from bench import plan, rows  # noqa: E402
 
 
 def load() -> str:
@@ -35,44 +38,52 @@ def load() -> str:
         return "?"
 
 
-ONCE = {"scale"}  # minutes a run, and its rows are counts and growth ratios: run once
+def progress(text: str) -> None:
+    """A progress line that the next one overwrites, only on a terminal: redirected, stderr stays empty."""
+    if sys.stderr.isatty():
+        print(f"{text:<60}", end="\r", file=sys.stderr, flush=True)
 
 
-def run_one(script: Path, out: Path, tag: str = "") -> tuple[int, float]:
-    name = script.stem.removeprefix("bench_") + tag
+def run_one(step: plan.Step, out: Path, tag: str = "") -> tuple[int, float]:
+    """Run one bench in its own process, its output to ``<out>/<name><tag>.log``: exit status and seconds."""
+    name = step.bench + tag
     env = {**os.environ, "UPWELL_LOG_LEVEL": "error", "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, str(HERE / f"bench_{step.bench}.py"), *step.args, "--json", str(out / f"{name}.json")]
     started = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
-        rc = subprocess.run([sys.executable, str(script), "--json", str(out / f"{name}.json")], cwd=HERE.parent,
-                            stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        rc = subprocess.run(command, cwd=HERE.parent, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
     return rc, time.perf_counter() - started
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="", help="comma-separated bench names (pipeline, heat, train, scaling, ...)")
+    ap.add_argument("--plan", default="default", choices=sorted(plan.PLANS),
+                    help="default: every bench (make bench); scale: the scale benches at the issue's sizes")
+    ap.add_argument("--only", default="", help="comma-separated bench names of the plan (pipeline, heat, ...)")
     ap.add_argument("--out", type=Path, default=HERE / "out")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each bench (not those run once: scale)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each bench whose plan step does not fix them")
     args = ap.parse_args()
+    try:
+        steps = plan.steps(args.plan, {s for s in args.only.split(",") if s})
+    except ValueError as e:
+        ap.error(str(e))
     args.out.mkdir(parents=True, exist_ok=True)
-    only = {s for s in args.only.split(",") if s}
-    scripts = [s for s in sorted(HERE.glob("bench_*.py")) if not only or s.stem.removeprefix("bench_") in only]
-    load_before = load()
+    load_before, started = load(), time.perf_counter()
     status: dict[str, dict] = {}
     table = []
-    for script in scripts:
-        name = script.stem.removeprefix("bench_")
+    for step in steps:
         runs = []
-        for k in range(1 if name in ONCE else max(1, args.repeat)):
-            print(f"running {name} ({k + 1}) ...", end="\r", file=sys.stderr, flush=True)
+        for k in range(plan.runs(step, args.repeat)):
+            progress(f"running {step.bench} ({k + 1}) ...")
             tag = f".{k + 1}" if k else ""
-            rc, secs = run_one(script, args.out, tag)
-            status[name + tag] = {"rc": rc, "seconds": round(secs, 1)}
-            path = args.out / f"{name}{tag}.json"
-            runs.append(rows.rows(name, json.loads(path.read_text()) if rc == 0 and path.exists() else None))
+            rc, secs = run_one(step, args.out, tag)
+            status[step.bench + tag] = {"rc": rc, "seconds": round(secs, 1), "args": list(step.args)}
+            path = args.out / f"{step.bench}{tag}.json"
+            runs.append(rows.rows(step.bench, json.loads(path.read_text()) if rc == 0 and path.exists() else None))
         table += rows.spread(runs) if len(runs) > 1 else runs[0]
-    print(" " * 40, end="\r", file=sys.stderr, flush=True)
-    summary = {"load_before": load_before, "load_after": load(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    progress("")
+    summary = {"plan": args.plan, "repeat": args.repeat, "load_before": load_before, "load_after": load(),
+               "time": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.perf_counter() - started),
                "benches": status, "table": table}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(rows.render(table, summary))
