@@ -37,12 +37,30 @@ def one_cpu_with_hogs(hogs: int):
     os.sched_setaffinity(0, {min(before)})
     procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
     try:
+        _spinning(procs)
         yield
     finally:
         for proc in procs:
             proc.kill()
             proc.wait(5)
         os.sched_setaffinity(0, before)
+
+
+def _cpu_ticks(pid: int) -> int:
+    """User + system clock ticks the process has run (/proc/<pid>/stat, fields 14 and 15)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _spinning(procs: list[subprocess.Popen], ticks: int = 20) -> None:
+    """Wait until every busy loop is past its interpreter's start-up and spinning (``ticks`` of CPU each,
+    0.2 s at 100 Hz), so the payload shares its CPU with all of them from its first step: on a loaded
+    machine a loop still starting leaves the payload more than its third for a while."""
+    deadline = time.monotonic() + 60
+    while any(_cpu_ticks(p.pid) < ticks for p in procs):
+        assert time.monotonic() < deadline, "the busy loops did not start within 60 s"
+        time.sleep(0.02)
 
 
 def busy_item() -> WorkItem:
