@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import AzureError, HttpResponseError, ResourceModifiedError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceModifiedError, ResourceNotFoundError
 from azure.data.tables import TableClient, TableTransactionError, UpdateMode
 
 from upwell import counters, names
@@ -48,7 +47,7 @@ from upwell.counters import Counter
 from upwell.errors import TransientError
 from upwell.jobindex import JobIndex
 from upwell.rows import TERMINAL_SHARD, JobRow, ShardRow, ShardState
-from upwell.storage import storage_error
+from upwell.storage import funnel
 from upwell.timeutil import now_iso
 
 RETRIES = 20
@@ -73,12 +72,7 @@ def conflict(exc: Exception) -> bool:
     return isinstance(exc, HttpResponseError) and exc.status_code in codes
 
 
-@contextmanager
-def _funnel(what: str) -> Iterator[None]:
-    try:
-        yield
-    except AzureError as exc:
-        raise storage_error(exc, what) from None
+_funnel = funnel  # every SDK error leaves as an upwell error (upwell.storage)
 
 
 class JobCounts:

@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from azure.core import MatchConditions
 from azure.core.exceptions import (
-    AzureError,
     HttpResponseError,
     ResourceExistsError,
     ResourceModifiedError,
@@ -44,7 +42,7 @@ from upwell.rows import (
     ShardRow,
     ShardState,
 )
-from upwell.storage import Storage, storage_error
+from upwell.storage import Storage, funnel
 from upwell.timeutil import now_iso
 
 __all__ = ["TERMINAL_JOB", "TERMINAL_SHARD", "Completion", "JobRow", "JobState", "Ledger", "ShardRow",
@@ -55,13 +53,7 @@ _RETRIES = 20
 _conflict = conflict  # the one test of "another writer got there first" (upwell.jobcounts)
 
 
-@contextmanager
-def _funnel(what: str) -> Iterator[None]:
-    """Every SDK error leaves the ledger as an upwell error."""
-    try:
-        yield
-    except AzureError as exc:
-        raise storage_error(exc, what) from None
+_funnel = funnel  # every SDK error leaves as an upwell error (upwell.storage)
 
 
 def _history(row: ShardRow, status: str, keep: int = 20) -> str:

@@ -13,6 +13,7 @@ import copy
 import functools
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from azure.core import MatchConditions
@@ -92,6 +93,15 @@ def storage_error(exc: BaseException, what: str) -> UpwellError:
     if isinstance(exc, ResourceExistsError | ResourceModifiedError) or status in (409, 412):
         return Conflict(text, code=code, status=status)
     return StorageError(text, code=code, status=status)
+
+
+@contextmanager
+def funnel(what: str) -> Iterator[None]:
+    """Every SDK error raised inside leaves as an upwell error (``storage_error``), naming ``what``."""
+    try:
+        yield
+    except AzureError as exc:
+        raise storage_error(exc, what) from None
 
 
 class Storage:

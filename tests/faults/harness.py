@@ -103,6 +103,30 @@ def start_azurite(root: Path, ports: tuple[int, int, int] | None = None) -> Azur
     raise RuntimeError("Azurite did not start on free ports")
 
 
+@contextmanager
+def module_stack(root: Path, **extra_env: str):
+    """A fresh Azurite under ``root`` for a module of tests, the pipeline's environment set for as long
+    (``extra_env`` on top), its containers and tables made; workers closed and Azurite stopped after."""
+    import pytest
+
+    from upwell.local.azurite import AzuriteError
+    try:
+        emulator = start_azurite(root)
+    except (AzuriteError, RuntimeError) as exc:
+        pytest.fail(f"Azurite could not start (make setup installs it from npm): {exc}", pytrace=False)
+    env = environment(root, emulator.connection_string, **extra_env)
+    stack = Stack(root, emulator, env)
+    patch = pytest.MonkeyPatch()
+    apply_env(patch, env)
+    stack.storage.ensure()
+    try:
+        yield stack
+    finally:
+        close_workers(stack)
+        patch.undo()
+        emulator.stop()
+
+
 def environment(stack_root: Path, connection: str, **extra: str) -> dict[str, str]:
     return {names.CONNECTION: connection, "UPWELL_STATE_DIR": str(stack_root / "pools"),
             "UPWELL_SCRATCH": str(stack_root / "scratch"), "UPWELL_POOLS": pools(),

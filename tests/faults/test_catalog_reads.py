@@ -35,7 +35,6 @@ from upwell.ingest.blobnames import job_id_for
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
 from upwell.lifecycle import cleanup
 from upwell.lifecycle.find import find_job
-from upwell.local.azurite import AzuriteError
 from upwell.ops.jobapi import JobAPI
 from upwell.ops.reconcile import CATALOG, Reconciler
 from upwell.scalelog import ScalingLog, fresh_reconcile_state
@@ -77,21 +76,8 @@ def metered(fn: Callable[[], object]) -> tuple[object, UrlMeter]:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Iterator[harness.Stack]:
-    root = tmp_path_factory.mktemp("catalog")
-    try:
-        emulator = harness.start_azurite(root)
-    except (AzuriteError, RuntimeError) as exc:
-        pytest.fail(f"Azurite could not start (make setup installs it from npm): {exc}", pytrace=False)
-    env = harness.environment(root, emulator.connection_string)
-    stack = harness.Stack(root, emulator, env)
-    patch = pytest.MonkeyPatch()
-    harness.apply_env(patch, env)
-    stack.storage.ensure()
-    try:
+    with harness.module_stack(tmp_path_factory.mktemp("catalog")) as stack:
         yield stack
-    finally:
-        patch.undo()
-        emulator.stop()
 
 
 def _iso(epoch_s: float) -> str:

@@ -32,7 +32,6 @@ from tests.faults import harness
 from tests.faults.request_meter import RequestMeter
 from upwell import jobindex, names
 from upwell.ledger import JobRow, JobState, Ledger, ShardRow, ShardState
-from upwell.local.azurite import AzuriteError
 from upwell.local.stack import DEFAULT_SCHEDULE, RECONCILE_SCHEDULE
 from upwell.ncrontab import parse
 from upwell.nodelog import NodeLog, NodeRow
@@ -61,22 +60,8 @@ def pools(warm_cpu: bool = False) -> str:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Iterator[harness.Stack]:
-    root = tmp_path_factory.mktemp("idle")
-    try:
-        emulator = harness.start_azurite(root)
-    except (AzuriteError, RuntimeError) as exc:
-        pytest.fail(f"Azurite could not start (make setup installs it from npm): {exc}", pytrace=False)
-    env = harness.environment(root, emulator.connection_string, UPWELL_POOLS=pools())
-    stack = harness.Stack(root, emulator, env)
-    patch = pytest.MonkeyPatch()
-    harness.apply_env(patch, env)
-    stack.storage.ensure()
-    try:
+    with harness.module_stack(tmp_path_factory.mktemp("idle"), UPWELL_POOLS=pools()) as stack:
         yield stack
-    finally:
-        harness.close_workers(stack)
-        patch.undo()
-        emulator.stop()
 
 
 def seed_finished(storage, n: int) -> None:

@@ -75,13 +75,9 @@ def test_two_slots_run_two_shards_at_once_and_each_ends_once(store, tmp_path):
     assert not store.queue(names.work_queue("cpu")).peek_messages(max_messages=32)
 
 
-def test_batched_receive_leases_and_renews_each_message(store, tmp_path):
-    """One receive takes three messages for three free slots; each lease (8 s) is renewed by its own
-    slot while a 12 s payload runs, so none reappears and each shard runs once."""
-    ledger = Ledger(store)
-    job = _ingest(store, "slots/batch/job.yaml",
-                  "payload: logistic\nparams: {sleep_s: 12}\ngrid: {r: [3.1, 3.2, 3.3]}\n")
-    agent = _agent(store, tmp_path, slots=3, max_items=3, idle_exit_s=10, lease_s=8)
+
+def _count_receives(agent) -> list[int]:
+    """How many messages each of the agent's receives returned, in order (a list the agent appends to)."""
     batches: list[int] = []
     receive = agent.storage.receive_many
 
@@ -91,6 +87,16 @@ def test_batched_receive_leases_and_renews_each_message(store, tmp_path):
         return msgs
 
     agent.storage.receive_many = counting
+    return batches
+
+def test_batched_receive_leases_and_renews_each_message(store, tmp_path):
+    """One receive takes three messages for three free slots; each lease (8 s) is renewed by its own
+    slot while a 12 s payload runs, so none reappears and each shard runs once."""
+    ledger = Ledger(store)
+    job = _ingest(store, "slots/batch/job.yaml",
+                  "payload: logistic\nparams: {sleep_s: 12}\ngrid: {r: [3.1, 3.2, 3.3]}\n")
+    agent = _agent(store, tmp_path, slots=3, max_items=3, idle_exit_s=10, lease_s=8)
+    batches = _count_receives(agent)
     thread = threading.Thread(target=agent.run, daemon=True)
     thread.start()
     wait_for(lambda: len(_running(ledger, job)) == 3, 30, "three shards running", poll_s=0.1)
@@ -113,15 +119,7 @@ def test_a_queue_of_eight_on_four_slots_is_received_in_two_calls(store, tmp_path
     grid = ", ".join(f"3.{i}" for i in range(8))
     job = _ingest(store, "slots/refill/job.yaml", f"payload: logistic\ngrid: {{r: [{grid}]}}\n")
     agent = _agent(store, tmp_path, slots=4, max_items=8, idle_exit_s=10, refill_s=60)
-    batches: list[int] = []
-    receive = agent.storage.receive_many
-
-    def counting(queue, **kw):
-        msgs = receive(queue, **kw)
-        batches.append(len(msgs))
-        return msgs
-
-    agent.storage.receive_many = counting
+    batches = _count_receives(agent)
     assert agent.run() == 0 and agent.processed == 8
     assert batches == [4, 4], batches
     assert all(s.status == "running" and s.attempts == 1 for s in ledger.shards(job))  # each claimed once
