@@ -61,11 +61,14 @@ class Staging:
             return None
         if item.input_blob.endswith("/"):
             return self.stage_folder(item, root / "input")
-        dest = root / "input" / Path(item.input_blob).name
+        ref = ShardRef.from_dict(item.input_range) if item.input_range else None
+        # a Parquet shard is staged as CSV, under the name its copy had (shards/<job>/<shard>.csv)
+        name = f"{safe_name(item.shard_id)}.csv" if ref and ref.row_groups else Path(item.input_blob).name
+        dest = root / "input" / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "wb") as fh:
-            if item.input_range:
-                self._ranged(item, ShardRef.from_dict(item.input_range), fh)
+            if ref:
+                self._ranged(item, ref, fh)
             else:
                 self.storage.download(item.input_blob, fh)
         return dest

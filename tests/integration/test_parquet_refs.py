@@ -125,7 +125,9 @@ def test_a_parquet_drop_is_row_group_references_staged_as_the_old_copies(stack, 
     staged = []
     for item in items:
         with staging.workdir(item.shard_id) as root:
-            staged.append(staging.stage_in(item, root).read_bytes())
+            path = staging.stage_in(item, root)
+            assert path.name == f"{item.shard_id}.csv"  # the name the copy had under shards/<job>/
+            staged.append(path.read_bytes())
     old = _old_copies(data, 4000)
     assert len(old) == 5 and staged == old  # same header, values, quoting and missing cells, byte for byte
 
@@ -172,3 +174,18 @@ def test_a_parquet_schema_that_does_not_match_the_rule_is_rejected_naming_the_co
 def test_a_file_that_is_not_parquet_is_rejected(stack):
     out, msgs, _ = _ingest(stack, "notes.parquet", b"time,level\n0,1\n" * 100)
     assert out.status == "rejected" and "not a readable Parquet file" in out.message and not msgs
+
+
+def test_a_manifests_parquet_data_is_row_group_references(stack):
+    """A manifest's Parquet data blob is cut the same way: row groups of it at its ETag, nothing copied."""
+    data = _parquet(_drop(900, seed=3), 300)
+    stack.blob(names.INCOMING, "pq-refs-m/data/d.parquet").upload_blob(data, overwrite=True)
+    stack.blob(names.INCOMING, "pq-refs-m/job.yaml").upload_blob(
+        b"payload: channel-stats\ndata: [data/d.parquet]\nshard: {rows: 600}\n", overwrite=True)
+    stack.queue(names.work_queue("cpu")).clear_messages()
+    out = Ingestor(stack, Settings()).ingest("pq-refs-m/job.yaml")
+    assert out.status == "accepted", out.message
+    refs = [ShardRef.from_dict(decode(m.content).input_range) for m in _drain(stack)]
+    assert [(r.row_groups, r.rows) for r in refs] == [((0, 2), 600), ((2, 3), 300)]
+    assert {r.etag for r in refs} == {stack.properties("incoming/pq-refs-m/data/d.parquet").etag}
+    assert not list(stack.list(names.SHARDS, f"{out.job_id}/"))
