@@ -81,22 +81,25 @@ def stack(azurite, tmp_path_factory):
     return store
 
 
+def _count_reads(monkeypatch, path: str) -> list:
+    """The length each blob read of ``path`` asks for (None: from the offset to the end), through any Storage."""
+    read, chunks = [], Storage.chunks
+
+    def counted(self, blob, **kw):
+        if blob == path:
+            read.append(kw.get("length"))
+        return chunks(self, blob, **kw)
+
+    monkeypatch.setattr(Storage, "chunks", counted)
+    return read
+
+
 def _ingest(store: Storage, name: str, data: bytes, monkeypatch=None):
     """Upload incoming/pq-refs/<name> and ingest it; (the outcome, its work items' messages in shard order,
-    the bytes ingest read of the upload)."""
+    the lengths ingest read of the upload, with ``monkeypatch``)."""
     store.queue(names.work_queue("cpu")).clear_messages()
     store.blob(names.INCOMING, f"pq-refs/{name}").upload_blob(data, overwrite=True)
-    read = []
-    if monkeypatch is not None:  # count what every blob read of the upload returns, through any Storage copy
-        chunks = Storage.chunks
-
-        def counted(self, path, **kw):
-            got = chunks(self, path, **kw)
-            if path == f"{names.INCOMING}/pq-refs/{name}":
-                read.append(kw.get("length"))
-            return got
-
-        monkeypatch.setattr(Storage, "chunks", counted)
+    read = _count_reads(monkeypatch, f"{names.INCOMING}/pq-refs/{name}") if monkeypatch is not None else []
     out = Ingestor(store, Settings()).ingest(f"pq-refs/{name}")
     if monkeypatch is not None:
         monkeypatch.undo()
@@ -124,10 +127,14 @@ def test_a_parquet_drop_is_row_group_references_staged_as_the_old_copies(stack, 
     staging = Staging(stack, str(tmp_path / "scratch"), logs.get("test"))
     staged = []
     for item in items:
+        read = _count_reads(monkeypatch, item.input_blob)
         with staging.workdir(item.shard_id) as root:
             path = staging.stage_in(item, root)
             assert path.name == f"{item.shard_id}.csv"  # the name the copy had under shards/<job>/
             staged.append(path.read_bytes())
+        monkeypatch.undo()
+        # the footer (64 KiB) and two row groups of ten (about 95 KB): two ranged reads, well under the file
+        assert None not in read and sum(read) < len(data) // 2, (read, len(data))
     old = _old_copies(data, 4000)
     assert len(old) == 5 and staged == old  # same header, values, quoting and missing cells, byte for byte
 
