@@ -10,6 +10,11 @@ the rows, normalised as ingest's shard copies were (``normalize``). A blob that 
 ConditionNotMet, one that is gone 404: both are ``ShardSourceChanged``, and the shard never runs on other
 bytes (Blob service REST: "Specifying conditional headers for Blob service operations", "Get Blob").
 
+A Parquet drop's shard is a set of consecutive row groups of the original at its pinned version
+(``row_groups``: first and stop, ``rows`` its row count; ``length`` the blob's size): ingest read only the
+footer, and the agent reads only the footer and those row groups, each read a conditional ranged GET
+(``upwell.blobfile``), and writes the CSV file ingest's copy held (``row_groups_csv``).
+
 The reference travels in the work item (``WorkItem.input_range``) and on the shard row (``input_range``, JSON),
 so a re-run sends the same range."""
 
@@ -43,14 +48,30 @@ class ShardRef:
     delimiter: str = ","
     missing: tuple[str, ...] = ()
     numeric: tuple[int, ...] = ()
+    row_groups: tuple[int, ...] = ()  # a Parquet shard: (first, stop), the row groups first..stop-1
+    rows: int = 0  # a Parquet shard's rows
 
     @property
     def whole(self) -> bool:
         """A whole file passed through as it is (no header, no normalising)."""
-        return not self.header
+        return not self.header and not self.row_groups
+
+    @property
+    def groups(self) -> range:
+        """A Parquet shard's row group indexes (empty for a byte range)."""
+        return range(*self.row_groups) if self.row_groups else range(0)
+
+    @property
+    def span(self) -> str:
+        """What of the pinned version the shard reads, for messages: its bytes or its row groups."""
+        if self.row_groups:
+            return f"row groups {self.row_groups[0]}-{self.row_groups[1] - 1} ({self.rows} rows)"
+        return f"bytes {self.offset}-{self.offset + self.length}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        """The JSON form; a byte range's has no ``row_groups``/``rows`` (the form it had before they came)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()
+                if v or k not in ("row_groups", "rows")}
 
     @classmethod
     def from_dict(cls, data: Any) -> ShardRef:
@@ -64,12 +85,16 @@ class ShardRef:
             raise DecodeError("input_range needs offset, length and etag")
         try:
             ref = cls(**{**data, "missing": tuple(data.get("missing", ())),
-                         "numeric": tuple(int(i) for i in data.get("numeric", ()))})
+                         "numeric": tuple(int(i) for i in data.get("numeric", ())),
+                         "row_groups": tuple(int(i) for i in data.get("row_groups", ()))})
         except (TypeError, ValueError) as exc:
             raise DecodeError(f"input_range: {exc}") from None
         if not (isinstance(ref.offset, int) and isinstance(ref.length, int)) or ref.offset < 0 or ref.length < 0 \
                 or not ref.etag:
             raise DecodeError(f"input_range has a bad range or no ETag: {data}")
+        if ref.row_groups and (len(ref.row_groups) != 2 or not 0 <= ref.row_groups[0] < ref.row_groups[1]
+                               or not isinstance(ref.rows, int) or ref.rows < 0):
+            raise DecodeError(f"input_range has bad row groups (first, stop) or rows: {data}")
         return ref
 
 
@@ -93,6 +118,27 @@ def normalize(chunks: Iterable[bytes], ref: ShardRef) -> Iterator[bytes]:
             yield _lines(buf[:cut], ref)
     if carry:
         yield _lines(carry + b"\n", ref)
+
+
+def row_groups_csv(source: Any, ref: ShardRef, out: Any) -> int:
+    """The shard file of a Parquet reference, written into ``out``; its row count. ``source``: the original as a
+    seekable file of the pinned version (``upwell.blobfile.BlobFile``), of which only the footer and the
+    reference's row groups are read. The CSV is what ingest's copy of the same rows held (pyarrow's
+    ``write_csv``: the header with every name quoted, then the rows), streamed in record batches, so a large
+    row group is never held whole. DecodeError when the file has not the row groups or rows the reference
+    names (a reference that does not belong to this version)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(source, pre_buffer=True)
+    meta = pf.metadata
+    if ref.row_groups[1] > meta.num_row_groups or sum(meta.row_group(i).num_rows for i in ref.groups) != ref.rows:
+        raise DecodeError(f"input_range names {ref.span}; the file has {meta.num_row_groups} row groups and "
+                          "other rows there")
+    with pacsv.CSVWriter(out, pf.schema_arrow) as writer:
+        for batch in pf.iter_batches(batch_size=64 * 1024, row_groups=list(ref.groups)):
+            writer.write_batch(batch)
+    return ref.rows
 
 
 def _lines(text: bytes, ref: ShardRef) -> bytes:

@@ -1,7 +1,8 @@
 """Staging: an attempt's files between storage and the node's scratch folder.
 
 In: the shard's input blob (or a folder of them: a reduce's results, ``stage_folder``; or, for a shard that
-references its data, its byte range of the pinned original with the header before it: ``upwell.shardref``),
+references its data, its byte range of the pinned original with the header before it, or its row groups of
+a pinned Parquet original as CSV: ``upwell.shardref``),
 and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may exist (``may_resume``). Out: the
 checkpoint an attempt left when it may be resumed (preempted or cancelled; only what changed is sent, and only
 the newest is kept), the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names
@@ -25,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from upwell import names
+from upwell.blobfile import BlobFile
 from upwell.errors import Conflict, NotFound, ShardSourceChanged, UpwellError
 from upwell.messages import WorkItem
 from upwell.results.points import expand_result
 from upwell.rows import ShardRow
-from upwell.shardref import ShardRef, normalize
+from upwell.shardref import ShardRef, normalize, row_groups_csv
 from upwell.storage import Storage
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+=@-]")
@@ -59,11 +61,14 @@ class Staging:
             return None
         if item.input_blob.endswith("/"):
             return self.stage_folder(item, root / "input")
-        dest = root / "input" / Path(item.input_blob).name
+        ref = ShardRef.from_dict(item.input_range) if item.input_range else None
+        # a Parquet shard is staged as CSV, under the name its copy had (shards/<job>/<shard>.csv)
+        name = f"{safe_name(item.shard_id)}.csv" if ref and ref.row_groups else Path(item.input_blob).name
+        dest = root / "input" / name
         dest.parent.mkdir(parents=True, exist_ok=True)
         with open(dest, "wb") as fh:
-            if item.input_range:
-                self._ranged(item, ShardRef.from_dict(item.input_range), fh)
+            if ref:
+                self._ranged(item, ref, fh)
             else:
                 self.storage.download(item.input_blob, fh)
         return dest
@@ -88,10 +93,16 @@ class Staging:
         return dest
 
     def _ranged(self, item: WorkItem, ref: ShardRef, fh) -> None:
-        """A shard that references its data (upwell.shardref): the range of the pinned version, header first.
-        ShardSourceChanged when the original changed (412) or is gone (404): never a run on other bytes."""
+        """A shard that references its data (upwell.shardref): the range of the pinned version, header first,
+        or its row groups of a Parquet original as CSV (only the footer and those row groups are read, each
+        read a ranged GET of the pinned version: upwell.blobfile). ShardSourceChanged when the original changed
+        (412) or is gone (404): never a run on other bytes."""
         span = (ref.offset, ref.length) if ref.length else (None, None)
         try:
+            if ref.row_groups:
+                row_groups_csv(BlobFile(self.storage, item.input_blob, size=ref.length, etag=ref.etag,
+                                        version_id=ref.version_id), ref, fh)
+                return
             chunks = self.storage.chunks(item.input_blob, etag=ref.etag, offset=span[0], length=span[1],
                                          version_id=ref.version_id or None)
             for piece in normalize(chunks, ref):
@@ -102,8 +113,8 @@ class Staging:
             how = "is gone" if gone else "was overwritten"
             pinned = f"version {ref.version_id}" if ref.version_id else f"ETag {ref.etag}"
             raise ShardSourceChanged(f"the shard's input {item.input_blob} {how} since ingest pinned it "
-                                     f"({pinned}); the shard reads bytes {ref.offset}-{ref.offset + ref.length} "
-                                     "of that version only, so it does not run", source=item.input_blob,
+                                     f"({pinned}); the shard reads {ref.span} of that version only, so it does "
+                                     "not run", source=item.input_blob,
                                      code=exc.code) from None
 
     def checkpoint_in(self, item: WorkItem, root: Path) -> Path | None:

@@ -98,7 +98,9 @@ class Ingestor:
             try:
                 if is_manifest(name):
                     return self._manifest(job_id, name, props, bound)
-                opened = reads.submit(self.storage.chunks, f"{names.INCOMING}/{name}") if rule else None
+                # a Parquet drop is read by its footer and row groups, never from the start (parquetshards)
+                opened = reads.submit(self.storage.chunks, f"{names.INCOMING}/{name}") \
+                    if rule and not name.endswith(".parquet") else None
                 return self._instrument(job_id, name, props, bound, rule, reads, opened)
             except IngestLeased as exc:  # the check above raced another delivery: it goes on, this one stops
                 return self._leased(job_id, bound, str(exc))

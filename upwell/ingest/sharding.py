@@ -1,4 +1,5 @@
-"""Streaming sharders: CSV split by rows or by size, Parquet by rows.
+"""The streaming CSV sharder: split by rows or by size (a Parquet drop's shards are its row groups:
+``upwell.ingest.parquetshards``).
 
 Input arrives as an iterator of byte chunks and is never held whole in memory.
 Each shard is a self-contained CSV with the header. Rows are checked against
@@ -379,31 +380,3 @@ class _RowText:
         self.buf.truncate()
         (self.quoted if any("\r" in f for f in row) else self.writer).writerow(row)
         return self.buf.getvalue().encode()
-
-
-def shard_parquet(path: str, *, source: str, rows_per_shard: int = 1000, columns: dict[str, str] | None = None,
-                  max_shards: int = 10_000) -> Iterator[Shard]:
-    """Split a Parquet file (already staged to a local path) into CSV shards, batch by batch."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputRejected(f"{source} is not a readable Parquet file: {exc}", field="document",
-                            source=source) from None
-    names = pf.schema_arrow.names
-    missing = [c for c in (columns or {}) if c not in names]
-    if missing:
-        raise InputRejected(f"{source}: lacks required columns {missing}; it has {names}", field=missing[0],
-                            source=source)
-    first = 2
-    for index, batch in enumerate(pf.iter_batches(batch_size=rows_per_shard)):
-        if index + 1 > max_shards:
-            raise InputRejected(f"{source} makes more than {max_shards} shards", field="shard",
-                                limit=f"max_shards={max_shards}", source=source)
-        out = io.BytesIO()
-        pacsv.write_csv(pa.Table.from_batches([batch]), out)
-        yield Shard(index, out.getvalue(), batch.num_rows, first)
-        first += batch.num_rows

@@ -4,23 +4,25 @@
 Each shard is a tuple (shard id, params, input blob, input sha256[, input range]), the form the ledger and
 queue take. A row block the columnar reader checked, and a whole file, reference the upload at the version
 ingest read (the range, ``upwell.shardref``): nothing is copied, and the agent takes the digest as it stages
-the input in. Rows rewritten by Python's csv module (quotes, UTF-16) and Parquet batches are copied under
-shards/<job>/.
+the input in. A Parquet drop's shards are row groups of the upload at that version, found from its footer
+alone (``upwell.ingest.parquetshards``). Rows rewritten by Python's csv module (quotes, UTF-16) are copied
+under shards/<job>/.
 """
 
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from concurrent.futures import Future
 
 from upwell import names
+from upwell.blobfile import BlobFile
 from upwell.documents import archive_kind
 from upwell.errors import InputRejected, NotFound
 from upwell.ingest import manifests
 from upwell.ingest.badrows import collect as collect_bad_rows
 from upwell.ingest.blobnames import check_name
-from upwell.ingest.sharding import CsvOptions, shard_csv, shard_parquet
+from upwell.ingest.parquetshards import ParquetShard, parquet_shards
+from upwell.ingest.sharding import CsvOptions, shard_csv
 from upwell.ingest.shardwriter import Shard
 from upwell.ingest.uploads import ShardUploads, prefetch
 from upwell.payloads import params as payload_params
@@ -54,7 +56,7 @@ class InputSharder:
                 yield (f"s{index:05d}", params, path, "", self._whole_file(path, i))
                 index += 1
                 continue
-            chunks = self._open(path)
+            chunks = None if path.endswith(".parquet") else self._open(path)
             with ShardUploads(self.storage) as uploads:
                 for shard in self._stream(path, chunks, m.shard, {}):
                     self._keep(uploads, job_id, index, shard, (f"s{index:05d}", dict(params)), path, chunks,
@@ -70,17 +72,20 @@ class InputSharder:
         if rule.format == "binary":
             return [("s00000", dict(rule.params), source, self._binary_sha256(name, opened))]
         options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
-        chunks = self._open(source, opened)
+        chunks = None if rule.format == "parquet" else self._open(source, opened)
         with ShardUploads(self.storage) as uploads:
             for shard in self._stream(source, chunks, rule.shard, rule.columns, fmt=rule.format, options=options):
                 self._keep(uploads, job_id, shard.index, shard, (f"s{shard.index:05d}", dict(rule.params)), source,
                            chunks, options)
         return uploads.shards
 
-    def _keep(self, uploads: ShardUploads, job_id: str, index: int, shard: Shard, row: tuple, source: str,
-              chunks: BlobChunks, options: CsvOptions) -> None:
-        """A range of ``source`` at the version ``chunks`` read (upwell.shardref), or a copy under
-        shards/<job>/."""
+    def _keep(self, uploads: ShardUploads, job_id: str, index: int, shard: Shard | ParquetShard, row: tuple,
+              source: str, chunks: BlobChunks | None, options: CsvOptions) -> None:
+        """A range of ``source`` at the version ``chunks`` read, or row groups of it (upwell.shardref), or a
+        copy under shards/<job>/."""
+        if isinstance(shard, ParquetShard):
+            uploads.refer(source, row, shard.ref.to_dict())
+            return
         if not shard.is_range:
             uploads.put(f"{names.SHARDS}/{job_id}/s{index:05d}.csv", shard.data, row)
             return
@@ -125,18 +130,19 @@ class InputSharder:
         except NotFound:
             raise InputRejected(f"data blob {path} does not exist", field="data") from None
 
-    def _stream(self, path: str, chunks: BlobChunks, rule: manifests.ShardRule, columns: dict, fmt: str = "",
-                options: CsvOptions | None = None):
-        """Shards of ``path``: CSV row blocks as ranges of it where the columnar reader checked them."""
+    def _stream(self, path: str, chunks: BlobChunks | None, rule: manifests.ShardRule, columns: dict,
+                fmt: str = "", options: CsvOptions | None = None):
+        """Shards of ``path``: CSV row blocks as ranges of it where the columnar reader checked them; a Parquet
+        file's row groups (``chunks`` None: only its footer is read, at the version its properties name)."""
         fmt = fmt or ("parquet" if path.endswith(".parquet") else "csv")
         limit = self.settings.max_shards
         if fmt == "parquet":
-            with tempfile.NamedTemporaryFile(suffix=".parquet") as tmp:
-                for chunk in chunks:
-                    tmp.write(chunk)
-                tmp.flush()
-                yield from shard_parquet(tmp.name, source=path, rows_per_shard=rule.rows or 1000,
-                                         columns=columns, max_shards=limit)
+            try:
+                blob = BlobFile.pinned(self.storage, path)
+            except NotFound:
+                raise InputRejected(f"data blob {path} does not exist", field="data") from None
+            yield from parquet_shards(blob, source=path, rows_per_shard=rule.rows or 1000, columns=columns,
+                                      max_shards=limit)
             return
         try:
             yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,
