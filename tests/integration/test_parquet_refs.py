@@ -196,3 +196,26 @@ def test_a_manifests_parquet_data_is_row_group_references(stack):
     assert [(r.row_groups, r.rows) for r in refs] == [((0, 2), 600), ((2, 3), 300)]
     assert {r.etag for r in refs} == {stack.properties("incoming/pq-refs-m/data/d.parquet").etag}
     assert not list(stack.list(names.SHARDS, f"{out.job_id}/"))
+
+
+def test_a_byte_limit_cuts_the_row_groups_by_their_stored_size(stack, tmp_path):
+    """``shard: {bytes: N}`` on a Parquet rule groups row groups by stored size, as ``upwell submit`` counts
+    them: two of the ten row groups (each about 48 KB stored) fit in 100 KB, and a third would not."""
+    from upwell.ingest.parquetshards import _footer, cuts, local_shards
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "pq-bytes.yaml").write_text(RULE.replace("pq-refs", "pq-bytes").replace("{rows: 5000}",
+                                                                                      "{bytes: 100000}"))
+    push_rules(stack, [rules])
+    data = _parquet(_drop(), GROUP)
+    (tmp_path / "d.parquet").write_bytes(data)
+    expect = cuts(_footer(tmp_path / "d.parquet", "d"), None, 100_000, source="d", max_shards=100)
+    assert [(a, b) for a, b, _ in expect] == [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)], expect
+    stack.queue(names.work_queue("cpu")).clear_messages()
+    stack.blob(names.INCOMING, "pq-bytes/drop.parquet").upload_blob(data, overwrite=True)
+    out = Ingestor(stack, Settings()).ingest("pq-bytes/drop.parquet")
+    refs = [ShardRef.from_dict(decode(m.content).input_range) for m in _drain(stack)]
+    assert out.shards == len(expect) == local_shards(tmp_path / "d.parquet", source="d", rows_per_shard=None,
+                                                     bytes_per_shard=100_000)
+    assert [(r.row_groups[0], r.row_groups[1], r.rows) for r in refs] == expect

@@ -67,6 +67,29 @@ def test_dry_run_counts_shards_and_prints_the_estimate_without_uploading(store, 
     assert _uploaded(store, "check/dry") == []
 
 
+def test_dry_run_counts_a_parquet_files_shards_from_its_footer(store, tmp_path):
+    """A Parquet file's shards are its row groups, grouped as ingest groups them (``group_rows``): 7 row groups
+    of 4 rows at ``rows: 10`` make 4 shards (8, 8, 8, 4 rows); a file that is not Parquet is refused by name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from upwell.ingest.parquetshards import group_rows
+
+    folder = _folder(tmp_path, "pq", "payload: channel-stats\ndata: [data/run.parquet]\nshard: {rows: 10}\n"
+                     "estimate: {node_seconds_per_shard: 60}\n")
+    table = pa.table({"t": list(range(28)), "a": [i * 0.5 for i in range(28)]})
+    pq.write_table(table, folder / "data" / "run.parquet", row_group_size=4)
+    assert [rows for _, _, rows in group_rows([4] * 7, 10)] == [8, 8, 8, 4]
+    code, out = _cli("submit", str(folder), "--prefix", "check/pq", "--dry-run")
+    assert code == 0, out
+    assert "channel-stats on pool cpu, 4 shard(s); estimate 240 node-s" in out, out
+    (folder / "data" / "run.parquet").write_bytes(b"t,a\n1,2\n")
+    code, out = _cli("submit", str(folder), "--prefix", "check/pq")
+    assert code != 0 and "incoming/check/pq/pq/data/run.parquet is not a readable Parquet file" in \
+        out.replace("\n", " "), out
+    assert _uploaded(store, "check/pq") == []
+
+
 @pytest.fixture
 def own_azurite(tmp_path):
     """Its own Azurite: on the session's, the work earlier tests left queued or open is this host's backlog too, and

@@ -141,8 +141,8 @@ class InputSharder:
                 blob = BlobFile.pinned(self.storage, path)
             except NotFound:
                 raise InputRejected(f"data blob {path} does not exist", field="data") from None
-            yield from parquet_shards(blob, source=path, rows_per_shard=rule.rows or 1000, columns=columns,
-                                      max_shards=limit)
+            yield from parquet_shards(blob, source=path, rows_per_shard=rule.rows, bytes_per_shard=rule.bytes,
+                                      columns=columns, max_shards=limit)
             return
         try:
             yield from shard_csv(prefetch(chunks), source=path, rows_per_shard=rule.rows,

@@ -43,7 +43,7 @@ class Plan:
     blob: str  # the manifest's name under incoming/
     payload: str
     pool: str
-    shards: int | None  # None: not known before ingest (data that is already in storage, parquet)
+    shards: int | None  # None: not known before ingest (data that is already in storage)
     node_seconds: float
     usd: float
     price_key: str
@@ -161,6 +161,7 @@ def _data_shards(storage: Storage | None, name: str, m, uploading: dict[str, Pat
     """Shards the manifest's data will make (counted from the local files); each data blob must be
     among the uploads or already in incoming/."""
     from upwell.errors import InputRejected
+    from upwell.ingest.parquetshards import local_shards
     from upwell.ingest.sharding import shard_csv
 
     folder = name.rsplit("/", 1)[0] if "/" in name else ""
@@ -175,14 +176,15 @@ def _data_shards(storage: Storage | None, name: str, m, uploading: dict[str, Pat
                                     f"uploaded nor in incoming/ (looked for incoming/{blob})", field=f"data[{i}]")
             total = None
             continue
-        if total is not None and not blob.endswith(".parquet"):
+        if total is not None and blob.endswith(".parquet"):
+            total += local_shards(local, source=f"{names.INCOMING}/{blob}", rows_per_shard=m.shard.rows,
+                                  bytes_per_shard=m.shard.bytes, max_shards=settings.max_shards)
+        elif total is not None:
             with open(local, "rb") as fh:
                 chunks = iter(lambda: fh.read(1 << 20), b"")
                 total += sum(1 for _ in shard_csv(chunks, source=f"{names.INCOMING}/{blob}",
                                                   rows_per_shard=m.shard.rows, bytes_per_shard=m.shard.bytes,
                                                   max_shards=settings.max_shards))
-        else:
-            total = None
     return total
 
 
