@@ -209,19 +209,25 @@ var tableNames = [
   'jobindex'
   'nodes'
 ]
-// Blob-triggered functions (source=EventGrid), the container each one watches and the subject
-// suffix its subscription filters on ('' matches every blob). collect wants only the shards'
-// result JSON, not the artifacts a shard writes beside it.
+// The functions that blob events trigger, the container each one watches, the subject suffix its
+// subscription filters on ('' matches every blob) and the webhook Event Grid delivers to: 'blobs',
+// a blob trigger with source=EventGrid (the host queues the event, then reads the blob's properties),
+// or 'eventgrid', an Event Grid trigger (the function runs inside the delivery: no host queue, no
+// message, no blob read before it). collect wants only the shards' result JSON, not the artifacts a
+// shard writes beside it, and runs once per result: an Event Grid trigger spares it five storage
+// requests each.
 var blobTriggers = [
   {
     function: 'ingest'
     container: 'incoming'
     subjectEndsWith: ''
+    webhook: 'blobs'
   }
   {
     function: 'collect'
     container: 'results'
     subjectEndsWith: '.json'
+    webhook: 'eventgrid'
   }
 ]
 // Infrastructure containers the code never names.

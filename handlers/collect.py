@@ -1,17 +1,20 @@
-"""Blob trigger on results/{name}: mark the shard done; the last one enqueues the report.
+"""Event Grid trigger on results/: mark the shard done; the last one enqueues the report.
 
-The Event Grid subscription delivers only subjects ending in `.json` (bicep/main.bicep's blobTriggers);
-any other blob that still arrives (a `.json` artifact under results/<job>/<shard>/) is dropped here
-by its name alone, before storage is opened.
+Event Grid delivers each result's BlobCreated event straight to this function (the Event Grid extension's
+webhook; bicep/main.bicep's blobTriggers entry with `webhook: 'eventgrid'`), so no host queue, message or blob
+read stands between a result and its collect: the function reads the result itself. The subscription delivers
+only subjects under results/ ending in `.json`; any other blob that still arrives (a `.json` artifact under
+results/<job>/<shard>/) is dropped here by its name alone, before storage is opened. A failure answers 500 and
+Event Grid retries on its schedule, then dead-letters; the reconciler collects what neither delivered.
 """
 
 from __future__ import annotations
 
 import azure.functions as func
-import azurefunctions.extensions.bindings.blob as blob_sdk
 
 from handlers import context
 from upwell import logs, names
+from upwell.ops.eventblobs import subject_blob
 from upwell.results.collect import collect as collect_result
 from upwell.results.collect import is_shard_result
 
@@ -20,11 +23,10 @@ log = logs.get("handlers.collect")
 
 
 @bp.function_name("collect")
-@bp.blob_trigger(arg_name="client", path=f"{names.RESULTS}/{{name}}", connection=names.CONNECTION,
-                 source=func.BlobSource.EVENT_GRID)
-def collect(client: blob_sdk.BlobClient) -> None:
-    name = client.blob_name
-    if not is_shard_result(name):
-        log.debug("collect.not_a_result", blob=name)
+@bp.event_grid_trigger(arg_name="event")
+def collect(event: func.EventGridEvent) -> None:
+    container, name = subject_blob(event.subject) or ("", "")
+    if container != names.RESULTS or not is_shard_result(name):
+        log.debug("collect.not_a_result", subject=event.subject[:300], event_type=event.event_type)
         return
     context.settle("collect", lambda: collect_result(context.storage(), name))

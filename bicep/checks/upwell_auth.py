@@ -6,7 +6,8 @@ A ``Microsoft.Web/sites/config`` named ``authsettingsV2`` (bicep-types-az, Micro
 - ``globalValidation.unauthenticatedClientAction`` 'RedirectToLoginPage', 'Return401' or 'Return403'
   (never 'AllowAnonymous': no anonymous access to the dashboard or the API);
 - ``identityProviders.azureActiveDirectory.enabled`` true with a ``registration.clientId``;
-- ``globalValidation.excludedPaths`` nothing but the blobs extension's webhook (Event Grid's deliveries).
+- ``globalValidation.excludedPaths`` nothing but the blobs and Event Grid extensions' webhooks (Event Grid's
+  deliveries, which carry a system key instead of a sign-in).
 And every Function App (``Microsoft.Web/sites`` of a ``functionapp`` kind) in a file has such a config:
 the site check fails where none is declared beside it.
 """
@@ -20,7 +21,7 @@ from checkov.common.models.enums import CheckCategories, CheckResult
 from upwell_bicep import parse, scanned_file, unwrap
 
 CLOSED = ("RedirectToLoginPage", "Return401", "Return403")
-WEBHOOK = "/runtime/webhooks/blobs"
+WEBHOOKS = ("/runtime/webhooks/blobs", "/runtime/webhooks/eventgrid")
 
 
 def _get(body: Any, *path: str) -> Any:
@@ -42,8 +43,8 @@ def auth_problems(props: Any) -> list[str]:
     if _get(aad, "enabled") is not True or not _get(aad, "registration", "clientId"):
         problems.append("identityProviders.azureActiveDirectory is not enabled with a registration.clientId")
     excluded = _get(props, "globalValidation", "excludedPaths") or []
-    if not isinstance(excluded, list) or any(p != WEBHOOK for p in excluded):
-        problems.append(f"globalValidation.excludedPaths leaves more than {WEBHOOK} open")
+    if not isinstance(excluded, list) or any(p not in WEBHOOKS for p in excluded):
+        problems.append(f"globalValidation.excludedPaths leaves more than {' and '.join(WEBHOOKS)} open")
     return problems
 
 

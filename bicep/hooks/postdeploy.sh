@@ -5,9 +5,10 @@
 # empty resource group cannot create a subscription before the code exists.
 #
 # Event Grid validates the webhook when a subscription is created, and the
-# Functions host creates its blobs_extension system key only once the code is
-# running. So this waits until (1) every blob-triggered function is listed and
-# (2) the key exists, and only then deploys the template. The key is read by ARM
+# Functions host creates its blobs_extension and eventgrid_extension system keys
+# only once the code is running. So this waits until (1) every function that blob
+# events trigger is listed and (2) both keys exist, and only then deploys the
+# template. The keys are read by ARM
 # (listKeys in the template); this script only asks whether it exists and never
 # sees its value. Idempotent: run it again after any re-provision.
 set -eu
@@ -25,17 +26,19 @@ pause=${UPWELL_POSTDEPLOY_WAIT_S:-30}
 functions=$(printf '%s' "$UPWELL_BLOB_TRIGGERS" | tr ',{}' '\n\n\n' | sed -n 's/.*"function" *: *"\([^"]*\)".*/\1/p')
 [ -n "$functions" ] || { echo "postdeploy: UPWELL_BLOB_TRIGGERS names no function: $UPWELL_BLOB_TRIGGERS" >&2; exit 1; }
 
-# Succeeds when the code is deployed: every blob-triggered function is listed and
-# the blobs_extension system key exists (asked as a yes/no, never printed).
+# Succeeds when the code is deployed: every function that blob events trigger is
+# listed and both system keys exist (asked as yes/no, never printed).
 code_ready() {
   listed=$(az functionapp function list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
              --query "[].name" -o tsv 2>/dev/null) || return 1
   for fn in $functions; do
     printf '%s\n' "$listed" | grep -qx "$AZURE_FUNCTION_APP_NAME/$fn" || { echo "postdeploy: $fn is not listed yet"; return 1; }
   done
-  has_key=$(az functionapp keys list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
-              --query "systemKeys.blobs_extension != null" -o tsv 2>/dev/null) || return 1
-  [ "$has_key" = "true" ] || { echo "postdeploy: the blobs_extension key does not exist yet"; return 1; }
+  for key in blobs_extension eventgrid_extension; do
+    has_key=$(az functionapp keys list -g "$AZURE_RESOURCE_GROUP" -n "$AZURE_FUNCTION_APP_NAME" \
+                --query "systemKeys.$key != null" -o tsv 2>/dev/null) || return 1
+    [ "$has_key" = "true" ] || { echo "postdeploy: the $key key does not exist yet"; return 1; }
+  done
 }
 
 attempt=1
@@ -55,12 +58,12 @@ while :; do
          "./bicep/hooks/postdeploy.sh again." >&2
     exit 1
   fi
-  echo "postdeploy: waiting for the Functions host and its blobs_extension key (attempt $attempt/$attempts)"
+  echo "postdeploy: waiting for the Functions host and its extension keys (attempt $attempt/$attempts)"
   attempt=$((attempt + 1))
   sleep "$pause"
 done
 
-echo "postdeploy: Event Grid delivers BlobCreated events to the blob-triggered functions"
+echo "postdeploy: Event Grid delivers BlobCreated events to the functions they trigger"
 echo "postdeploy: blobs uploaded before now had no event; the reconciler picks them up"
 
 # The sign-in app registration (preprovision) gets the deployed app's callback for built-in authentication.

@@ -155,6 +155,7 @@ resource auth 'Microsoft.Web/sites/config@2025-03-01' = {
       redirectToProvider: 'azureactivedirectory'
       excludedPaths: [
         '/runtime/webhooks/blobs'
+        '/runtime/webhooks/eventgrid'
       ]
     }
     identityProviders: {

@@ -31,6 +31,8 @@ case "$1 $2 $3" in
   "functionapp keys list")
     case "$*" in
       *"systemKeys.blobs_extension != null"*) cat "$FAKE_DIR/has_key" 2>/dev/null || echo false; exit 0 ;;
+      *"systemKeys.eventgrid_extension != null"*)
+        cat "$FAKE_DIR/has_eg_key" 2>/dev/null || cat "$FAKE_DIR/has_key" 2>/dev/null || echo false; exit 0 ;;
       *) echo "the hook must not read the key itself" >&2; exit 3 ;;
     esac ;;
   "deployment group create") exit "$(cat "$FAKE_DIR/deploy_rc" 2>/dev/null || echo 0)" ;;
@@ -107,6 +109,18 @@ def test_hook_waits_for_the_blobs_extension_key(tmp_path):
     assert proc.returncode == 1
     assert _deploys(calls) == []
     assert "blobs_extension key does not exist yet" in proc.stdout
+
+
+def test_hook_waits_for_the_eventgrid_extension_key(tmp_path):
+    """collect is an Event Grid trigger: its subscription's endpoint carries the eventgrid_extension key."""
+    env = _env(tmp_path)
+    (tmp_path / "listed").write_text("func-upwell-t/ingest\nfunc-upwell-t/collect\n")
+    (tmp_path / "has_key").write_text("true\n")
+    (tmp_path / "has_eg_key").write_text("false\n")
+    proc, calls = _run(tmp_path, env)
+    assert proc.returncode == 1
+    assert _deploys(calls) == []
+    assert "eventgrid_extension key does not exist yet" in proc.stdout
 
 
 def test_hook_deploys_once_the_code_and_key_exist(tmp_path):

@@ -9,6 +9,7 @@ account keys, SAS tokens and key-listing calls.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import upwell_iac as iac  # noqa: E402
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 # Blob-triggered functions and the container each watches (DESIGN.md "The flow").
 BLOB_TRIGGERS = {"ingest": names.INCOMING, "collect": names.RESULTS}
+WEBHOOKS = {"ingest": "blobs", "collect": "eventgrid"}  # a blob trigger; an Event Grid trigger
 CONNECTION_KEYS = {"blobServiceUri", "queueServiceUri", "tableServiceUri", "credential", "clientId"}
 
 
@@ -191,23 +193,30 @@ def test_event_subscriptions_cover_the_blob_triggers(trees, main_vars):
         "operand_1": "t", "operand_2": "subjectEndsWith"}}}
     suffixes = {t["function"]: t["subjectEndsWith"] for t in main_vars["blobTriggers"]}
     assert suffixes == {"ingest": "", "collect": ".json"}
-    url = body["destination"]["properties"]["endpointUrl"]
-    assert "/runtime/webhooks/blobs?functionName=Host.Functions.${t.function}&code=" in url
+    url = json.dumps(body["destination"]["properties"]["endpointUrl"])
+    # A blob trigger's endpoint is the blobs extension webhook, an Event Grid trigger's the Event Grid one.
+    assert "${blobsEndpoint}?functionName=Host.Functions.${t.function}&code=${systemKeys.blobs_extension}" in url
+    assert "${eventGridEndpoint}?functionName=${t.function}&code=${systemKeys.eventgrid_extension}" in url
+    assert {t["function"]: t["webhook"] for t in main_vars["blobTriggers"]} == WEBHOOKS
 
 
 def test_function_app_blob_triggers_match():
-    """The registered functions: the same names, paths, connection and Event Grid source."""
+    """The registered functions: the same names and containers, a blob trigger with its path, connection and
+    Event Grid source where main.bicep says `webhook: 'blobs'`, an Event Grid trigger where it says 'eventgrid'."""
     import function_app
     from upwell.local.devhost.app import load_functions
 
     # load_functions caches per app: FunctionApp.get_functions() may run only once per app, and
     # the devhost tests (and the fault suite) have usually loaded this app already.
-    found = {s.name: s.trigger for s in load_functions(function_app.app) if s.trigger_type == "blobTrigger"}
-    assert set(found) == set(BLOB_TRIGGERS)
+    specs = {s.name: s for s in load_functions(function_app.app)}
+    kinds = {"blobs": "blobTrigger", "eventgrid": "eventGridTrigger"}
+    assert {name: specs[name].trigger_type for name in BLOB_TRIGGERS} == {n: kinds[w] for n, w in WEBHOOKS.items()}
     for name, container in BLOB_TRIGGERS.items():
-        assert found[name]["path"] == f"{container}/{{name}}"
-        assert found[name]["connection"] == names.CONNECTION
-        assert found[name]["source"] == "EventGrid"
+        if WEBHOOKS[name] == "blobs":
+            trigger = specs[name].trigger
+            assert trigger["path"] == f"{container}/{{name}}"
+            assert trigger["connection"] == names.CONNECTION
+            assert trigger["source"] == "EventGrid"
 
 
 # ---------------------------------------------------------------- no keys anywhere

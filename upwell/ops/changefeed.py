@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import fastavro
 from azure.core.exceptions import ResourceNotFoundError
 
+from upwell.ops.eventblobs import subject_blob
+
 CONTAINER = "$blobchangefeed"
 SEGMENTS_META = "meta/segments.json"
 SEGMENT_ROOT = "idx/segments/"
@@ -186,9 +188,7 @@ def _blocks(data: bytes, base: int) -> tuple[list[tuple[int, list[dict]]], int]:
 
 
 def _record(row: dict, chunk: str, position: tuple[int, int]) -> Record:
-    subject = str(row.get("subject") or "")
-    _, sep, rest = subject.partition("/containers/")
-    container, sep2, name = rest.partition("/blobs/")
+    container, name = subject_blob(str(row.get("subject") or "")) or ("", "")
     data = row.get("data") or {}
     etag = str(data.get("etag") or "")
     try:
@@ -197,8 +197,8 @@ def _record(row: dict, chunk: str, position: tuple[int, int]) -> Record:
         when = None
     return Record(
         event_type=str(row.get("eventType") or ""),
-        container=container if sep and sep2 else "",
-        name=name if sep and sep2 else "",
+        container=container,
+        name=name,
         etag=etag if not etag or etag.startswith('"') else f'"{etag}"',
         time=when,
         chunk=chunk,

@@ -24,11 +24,16 @@ def poison_text(content: str) -> str:
         return content
 
 
+def subject_blob(subject: str) -> tuple[str, str] | None:
+    """(container, blob name) that an Event Grid blob event's subject names; None for any other subject."""
+    _, sep, rest = str(subject or "").partition("/containers/")
+    container, sep2, name = rest.partition("/blobs/")
+    return (container, name) if sep and sep2 and name else None
+
+
 def event_blobs(events: list) -> Iterator[tuple[str, str]]:
     """(container, blob name) of each Event Grid blob event, from its subject."""
     for event in events:
-        subject = str((event or {}).get("subject") or "")
-        _, sep, rest = subject.partition("/containers/")
-        container, sep2, name = rest.partition("/blobs/")
-        if sep and sep2 and name:
-            yield container, name
+        found = subject_blob(str((event or {}).get("subject") or ""))
+        if found:
+            yield found

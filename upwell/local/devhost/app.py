@@ -21,7 +21,7 @@ from typing import Any
 
 from upwell.errors import ConfigError
 
-TRIGGERS = ("blobTrigger", "queueTrigger", "timerTrigger", "httpTrigger")
+TRIGGERS = ("blobTrigger", "queueTrigger", "timerTrigger", "httpTrigger", "eventGridTrigger")
 # (type, direction) pairs the devhost can serve besides the trigger.
 BINDINGS = {("queue", "OUT"), ("blob", "OUT"), ("blob", "IN"), ("http", "OUT")}
 RETURN = "$return"

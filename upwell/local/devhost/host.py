@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from upwell import logs
 from upwell.errors import ConfigError
@@ -26,18 +27,23 @@ from upwell.local.devhost.blobqueue import BlobQueueListener, Registration, queu
 from upwell.local.devhost.blobs import BlobListener, BlobPath
 from upwell.local.devhost.clients import Connections, HostStorage, MessageCodec
 from upwell.local.devhost.config import DEFAULT_CONNECTION, AppSettings, HostConfig
+from upwell.local.devhost.eventgrid import PATH as EVENTGRID_PATH
+from upwell.local.devhost.eventgrid import TRIGGER as EVENTGRID_TRIGGER
+from upwell.local.devhost.eventgrid import EventGridWebhook
 from upwell.local.devhost.invoke import InvocationRecord, Invoker
 from upwell.local.devhost.publisher import FAULTS_SETTING, EventFaults, Publisher, http_sender
 from upwell.local.devhost.queues import QueueListener
 from upwell.local.devhost.renewer import Renewer
-from upwell.local.devhost.subscriptions import read_template
+from upwell.local.devhost.subscriptions import Subscription, read_template
 from upwell.local.devhost.timers import TimerListener
 from upwell.local.devhost.web import HttpServer
+from upwell.local.devhost.webhook import PATH as WEBHOOK_PATH
 from upwell.local.devhost.webhook import BlobWebhook
 from upwell.names import blob_trigger_queue
 
 log = logs.get("upwell.local.devhost")
 HOST_ID_SETTING = "AzureFunctionsWebHost__hostid"
+EVENT_DELIVERIES = 16  # deliveries the local Event Grid keeps in flight at once
 
 
 def default_host_id(settings: AppSettings) -> str:
@@ -156,39 +162,61 @@ class DevHost:
             elif spec.trigger_type == "timerTrigger":
                 self.timers[spec.name] = TimerListener(spec, self._resolve(spec, "schedule"), **common)
         self.http_specs = [s for s in self.specs if s.trigger_type == "httpTrigger"]
-        self._build_event_path(registrations, common)
+        self._build_event_path(registrations, [s for s in self.specs if s.trigger_type == EVENTGRID_TRIGGER])
         self._blob_pool = ThreadPoolExecutor(self.config.blob_parallelism, thread_name_prefix="devhost-blob")
         self._queue_pools = {id(q): ThreadPoolExecutor(q.concurrency, thread_name_prefix=f"devhost-{q.queue}")
                              for q in self.queue_listeners}
         self._timer_pool = ThreadPoolExecutor(max(1, len(self.timers)), thread_name_prefix="devhost-timer")
-        self._event_pool = ThreadPoolExecutor(4, thread_name_prefix="devhost-eventgrid")
+        # Event Grid keeps many deliveries in flight, and an Event Grid trigger runs inside its delivery.
+        self._event_pool = ThreadPoolExecutor(EVENT_DELIVERIES, thread_name_prefix="devhost-eventgrid")
 
-    def _build_event_path(self, registrations: dict[str, Registration], common: dict) -> None:
-        """Event Grid-sourced blob triggers: the host queue, the webhook, and the local event publisher."""
+    def _build_event_path(self, registrations: dict[str, Registration], eventgrid: list[FunctionSpec]) -> None:
+        """What Event Grid delivers to: ``source=EventGrid`` blob triggers (the host queue and the blobs
+        webhook), Event Grid triggers (their webhook runs them), and the local event publisher for both."""
         self.blob_queue: BlobQueueListener | None = None
         self.webhook: BlobWebhook | None = None
+        self.eventgrid_webhook: EventGridWebhook | None = None
         self.publisher: Publisher | None = None
-        if not registrations:
-            return
         hosts, config = self.storage_for(None), self.config
-        self.blob_queue = BlobQueueListener(
-            registrations, blob_trigger_queue(self.host_id), storage=hosts, codec=self.codec, renewer=self.renewer,
-            settings=queue_settings(config.blob_parallelism, config.poison_blob_threshold,
-                                    config.queues.max_polling_interval, config.queues.message_encoding), **common)
-        self.webhook = BlobWebhook(hosts, self.host_id, self.codec, on_enqueue=self.blob_queue.wake)
-        if not self.event_publisher:
+        if registrations:
+            self.blob_queue = BlobQueueListener(
+                registrations, blob_trigger_queue(self.host_id), storage=hosts, codec=self.codec,
+                renewer=self.renewer, invoker=self.invoker, stopping=self.stopping,
+                settings=queue_settings(config.blob_parallelism, config.poison_blob_threshold,
+                                        config.queues.max_polling_interval, config.queues.message_encoding))
+            self.webhook = BlobWebhook(hosts, self.host_id, self.codec, on_enqueue=self.blob_queue.wake)
+        if eventgrid:
+            self.eventgrid_webhook = EventGridWebhook(hosts, self.host_id, eventgrid, self.invoker.invoke)
+        if not self.event_publisher or not (registrations or eventgrid):
             return
         template = read_template(self.script_root)
         subscriptions = [(template.subscription(r.spec.name, r.path.container), r.source)
                          for r in registrations.values()]
+        for spec in eventgrid:
+            container = template.containers.get(spec.name)
+            if container is None:
+                log.warning("devhost.eventgrid_unsubscribed", function=spec.name,
+                            note="no entry of bicep/main.bicep's blobTriggers names it: no event reaches it")
+                continue
+            subscriptions.append((template.subscription(spec.name, container), self.storage_for(spec.trigger)))
         faults = self._event_faults or EventFaults.parse(self.settings.get(FAULTS_SETTING))
-        self.publisher = Publisher(subscriptions, state=hosts, send=self._send_direct,
-                                   key=lambda: self.webhook.key, faults=faults, scope=self.host_id)
+        self.publisher = Publisher(subscriptions, state=hosts, send=self._send_direct, key=self._system_key,
+                                   faults=faults, scope=self.host_id)
+
+    @property
+    def webhooks(self) -> dict[str, Any]:
+        """The host's webhooks by path: what an Event Grid subscription's endpoint reaches."""
+        found = {WEBHOOK_PATH: self.webhook, EVENTGRID_PATH: self.eventgrid_webhook}
+        return {path: hook for path, hook in found.items() if hook is not None}
+
+    def _system_key(self, sub: Subscription) -> str:
+        """The system key that the subscription's endpoint carries (listKeys in events.bicep)."""
+        return self.webhooks[EVENTGRID_PATH if sub.webhook == "eventgrid" else WEBHOOK_PATH].key
 
     def _send_direct(self, target: str, headers: dict, body: bytes) -> int:
-        """In-process delivery to the webhook (no HTTP server: step-by-step tests, ``port=None``)."""
-        assert self.webhook is not None
-        return self.webhook.handle("POST", target, headers, body)[0]
+        """In-process delivery to a webhook (no HTTP server: step-by-step tests, ``port=None``)."""
+        hook = self.webhooks.get(urlsplit(target).path.rstrip("/").lower())
+        return 404 if hook is None else hook.handle("POST", target, headers, body)[0]
 
     def _submit_blob(self, fn: Callable, *args: Any) -> Future:
         return self._tracker.submitter(self._blob_pool)(fn, *args)
@@ -266,9 +294,9 @@ class DevHost:
         """Start the listener threads and the HTTP server; returns at once."""
         self._check_open()
         self.renewer.start()
-        if (self.http_specs or self.webhook) and self.port is not None:
+        if (self.http_specs or self.webhooks) and self.port is not None:
             self.http = HttpServer(self.http_specs, self.invoker, port=self.port, prefix=self.config.route_prefix,
-                                   webhook=self.webhook)
+                                   webhooks=self.webhooks)
             self.http.start()
             if self.publisher is not None:
                 self.publisher.send = http_sender(self.http.url)

@@ -8,8 +8,10 @@ subscriptions filter on and turns each new blob version into an Event Grid-schem
   retry policy and dead-letter container of ``bicep/modules/events.bicep``;
 * created with the validation handshake; blobs written before a subscription
   existed get no event (as on Azure: the reconciler finds them);
-* POSTed to the blobs extension webhook with the ``blobs_extension`` key, one
-  event per request (``maxEventsPerBatch: 1``); 200-204 is delivered; 400, 401,
+* POSTed to the blobs extension webhook with the ``blobs_extension`` key (a blob
+  trigger's subscription), or to the Event Grid extension webhook with the
+  ``eventgrid_extension`` key (an Event Grid trigger's: the function runs inside the
+  delivery), one event per request (``maxEventsPerBatch: 1``); 200-204 is delivered; 400, 401,
   403 and 413 are dead-lettered at once; anything else (or no answer) is retried
   on Event Grid's schedule (10 s, 30 s, 1 min, 5 min, ... every 12 h) until
   ``maxDeliveryAttempts`` or the time to live, then dead-lettered as a blob
@@ -49,6 +51,7 @@ from azure.core.exceptions import ResourceNotFoundError
 
 from upwell.errors import ConfigError
 from upwell.local.devhost.clients import HostStorage
+from upwell.local.devhost.eventgrid import PATH as EVENTGRID_PATH
 from upwell.local.devhost.subscriptions import NO_RETRY_STATUS, Subscription
 from upwell.local.devhost.webhook import PATH
 from upwell.names import LOCAL_EVENTGRID_STATE
@@ -147,7 +150,7 @@ class Publisher:
     """
 
     def __init__(self, subscriptions: list[tuple[Subscription, HostStorage]], *, state: HostStorage,
-                 send: Callable[[str, dict, bytes], int], key: Callable[[], str],
+                 send: Callable[[str, dict, bytes], int], key: Callable[[Subscription], str],
                  faults: EventFaults | None = None, clock: Callable[[], float] = time.time,
                  scope: str = "default") -> None:
         self.scope = scope  # the function app (host id) whose endpoint the subscriptions point at
@@ -202,7 +205,7 @@ class Publisher:
         event = [{"id": str(uuid.uuid4()), "topic": TOPIC, "subject": "", "eventTime": _iso(self.clock()),
                   "eventType": "Microsoft.EventGrid.SubscriptionValidationEvent", "metadataVersion": "1",
                   "dataVersion": "1", "data": {"validationCode": code, "validationUrl": ""}}]
-        status = self.send(self._target(sub, self.key()), self._headers(sub, "SubscriptionValidation"),
+        status = self.send(self._target(sub, self.key(sub)), self._headers(sub, "SubscriptionValidation"),
                            json.dumps(event).encode())
         if status != 200:
             log.warning("eventgrid.validation_failed", subscription=sub.name, status=status,
@@ -212,6 +215,10 @@ class Publisher:
 
     @staticmethod
     def _target(sub: Subscription, key: str) -> str:
+        """The subscription's endpoint: the Event Grid extension names the function as it is, the blobs
+        extension by its host id (``Host.Functions.<name>``)."""
+        if sub.webhook == "eventgrid":
+            return f"{EVENTGRID_PATH}?functionName={quote(sub.function)}&code={quote(key)}"
         return f"{PATH}?functionName=Host.Functions.{quote(sub.function)}&code={quote(key)}"
 
     @staticmethod
@@ -311,7 +318,7 @@ class Publisher:
             status = 503  # injected: the endpoint answered 503
             self.stats["failed_5xx"] += 1
         else:
-            key = "wrong-" + uuid.uuid4().hex if delivery.wrong_key else self.key()
+            key = "wrong-" + uuid.uuid4().hex if delivery.wrong_key else self.key(sub)
             status = self.send(self._target(sub, key), self._headers(sub, "Notification"),
                                json.dumps([delivery.event]).encode())
         delivery.last_status = status

@@ -12,7 +12,10 @@ The subject filter follows Event Grid's subscription schema (learn.microsoft.com
 azure/event-grid/subscription-creation-schema): ``subjectBeginsWith`` and
 ``subjectEndsWith`` are a prefix and a suffix match, empty matches all, and
 ``isSubjectCaseSensitive`` defaults to false, so both compare without case.
-The suffix is per trigger (``blobTriggers[].subjectEndsWith`` in main.bicep).
+The suffix is per trigger (``blobTriggers[].subjectEndsWith`` in main.bicep), and so is the endpoint
+(``blobTriggers[].webhook``): ``blobs``, the blobs extension webhook of a ``source=EventGrid`` blob trigger,
+or ``eventgrid``, the Event Grid extension webhook of an Event Grid trigger (``upwell.local.devhost.eventgrid``),
+whose container the entry alone names.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Subscription:
     dead_letter_container: str = names.EVENTGRID_DEADLETTER
     subject_ends_with: str = ""
     subject_case_sensitive: bool = False  # Event Grid's default for isSubjectCaseSensitive
+    webhook: str = "blobs"  # the endpoint: "blobs" (a blob trigger's) or "eventgrid" (an Event Grid trigger's)
 
     def matches(self, event_type: str, subject: str) -> bool:
         """The event passes the filter: an included type, and the subject's prefix and suffix match."""
@@ -77,6 +81,8 @@ class Template:
     name_template: str = "blob-${t.function}"
     source: tuple[str, ...] = field(default_factory=tuple)
     ends_with: dict[str, str] = field(default_factory=dict)  # function -> main.bicep's subjectEndsWith
+    containers: dict[str, str] = field(default_factory=dict)  # function -> main.bicep's container
+    webhooks: dict[str, str] = field(default_factory=dict)  # function -> main.bicep's webhook
 
     def subscription(self, function: str, container: str) -> Subscription:
         def fill(text: str) -> str:
@@ -84,19 +90,21 @@ class Template:
             return text.replace("${t.container}", container).replace("${t.function}", function)
         return Subscription(fill(self.name_template), function, container, fill(self.subject_begins_with),
                             self.included_event_types, self.max_delivery_attempts, self.ttl_minutes,
-                            self.dead_letter_container, fill(self.subject_ends_with))
+                            self.dead_letter_container, fill(self.subject_ends_with),
+                            webhook=self.webhooks.get(function, "blobs"))
 
 
-def _trigger_suffixes(main_text: str) -> dict[str, str]:
-    """function -> subjectEndsWith of each entry of main.bicep's ``blobTriggers``."""
+def _trigger_entries(main_text: str) -> dict[str, dict[str, str]]:
+    """function -> its entry of main.bicep's ``blobTriggers`` (container, subjectEndsWith, webhook)."""
     block = re.search(r"var blobTriggers = \[(.*?)\n\]", main_text, re.S)
     entries = re.findall(r"\{(.*?)\}", block[1], re.S) if block else []
-    suffixes = {}
+    found = {}
     for entry in entries:
         function = _one(r"function:\s*'([^']*)'", entry)
         if function:
-            suffixes[function] = _one(r"subjectEndsWith:\s*'([^']*)'", entry) or ""
-    return suffixes
+            found[function] = {key: _one(rf"{key}:\s*'([^']*)'", entry) or ""
+                               for key in ("container", "subjectEndsWith", "webhook")}
+    return found
 
 
 def _one(pattern: str, text: str) -> str | None:
@@ -111,11 +119,11 @@ def read_template(script_root: Path) -> Template:
         return Template()
     text = events.read_text()
     types = re.search(r"includedEventTypes:\s*\[(.*?)\]", text, re.S)
-    dead_letter, suffixes = names.EVENTGRID_DEADLETTER, {}
+    dead_letter, entries = names.EVENTGRID_DEADLETTER, {}
     if main.exists():
         main_text = main.read_text()
         dead_letter = _one(r"var deadLetterContainerName = '([^']+)'", main_text) or dead_letter
-        suffixes = _trigger_suffixes(main_text)
+        entries = _trigger_entries(main_text)
     ends_with = TRIGGER_SUFFIX if re.search(r"subjectEndsWith:\s*t\.subjectEndsWith\b", text) else ""
     return Template(
         subject_begins_with=_one(r"subjectBeginsWith:\s*'([^']*)'", text) or DEFAULT_SUBJECT,
@@ -126,5 +134,7 @@ def read_template(script_root: Path) -> Template:
         dead_letter_container=dead_letter,
         name_template=_one(r"name:\s*'(blob-[^']*)'", text) or "blob-${t.function}",
         source=(str(events), str(main)),
-        ends_with=suffixes,
+        ends_with={f: e["subjectEndsWith"] for f, e in entries.items()},
+        containers={f: e["container"] for f, e in entries.items() if e["container"]},
+        webhooks={f: e["webhook"] or "blobs" for f, e in entries.items()},
     )

@@ -9,7 +9,8 @@ malformed one answers 401, as no request would reach a function on Azure with on
 The function gets a ``func.HttpRequest``; its ``func.HttpResponse`` (or str)
 goes back. A function that raises answers 500 and the server goes on.
 ``/admin/host/status`` answers ``{"state": "Running"}``, as the host does, and
-``/runtime/webhooks/blobs`` is the blobs extension webhook (``webhook.BlobWebhook``).
+``/runtime/webhooks/blobs`` is the blobs extension webhook (``webhook.BlobWebhook``) and
+``/runtime/webhooks/eventgrid`` the Event Grid extension's (``eventgrid.EventGridWebhook``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 import azure.functions as func
@@ -28,14 +31,18 @@ from upwell.access import principal
 from upwell.errors import PrincipalInvalid
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.invoke import Invoker
-from upwell.local.devhost.webhook import PATH as WEBHOOK_PATH
-from upwell.local.devhost.webhook import BlobWebhook
 
 log = logs.get("upwell.local.devhost")
 LOOPBACK = "127.0.0.1"
 _PARAM = re.compile(r"\{(\*?)([A-Za-z_][A-Za-z0-9_]*)(?::([a-z]+))?(\?)?\}")
 _CONSTRAINTS = {"int": r"-?\d+", "long": r"-?\d+", "bool": r"(?i:true|false)", "guid": r"[0-9A-Fa-f-]{32,36}",
                 "alpha": r"[A-Za-z]+", "double": r"-?\d+(?:\.\d+)?", "float": r"-?\d+(?:\.\d+)?"}
+
+
+class Webhook(Protocol):
+    """An extension's webhook: ``(status, headers, body)`` for one request."""
+
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[int, dict, bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -108,10 +115,10 @@ class HttpServer:
     """A threading HTTP server on the loopback interface that dispatches to HTTP-trigger functions."""
 
     def __init__(self, specs: list[FunctionSpec], invoker: Invoker, *, port: int = 7071, prefix: str = "api",
-                 webhook: BlobWebhook | None = None) -> None:
+                 webhooks: Mapping[str, Webhook] | None = None) -> None:
         self.routes = [make_route(spec, prefix) for spec in specs]
         self.invoker = invoker
-        self.webhook = webhook
+        self.webhooks = {path.lower(): hook for path, hook in (webhooks or {}).items()}
         self.server = ThreadingHTTPServer((LOOPBACK, port), _handler(self))
         self.server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -146,8 +153,9 @@ class HttpServer:
         parts = urlsplit(target)
         if parts.path.rstrip("/") == "/admin/host/status":
             return 200, {"Content-Type": "application/json"}, json.dumps({"state": "Running"}).encode()
-        if self.webhook is not None and parts.path.rstrip("/") == WEBHOOK_PATH:
-            return self.webhook.handle(method, target, headers, body)
+        hook = self.webhooks.get(parts.path.rstrip("/").lower())  # the host's routes ignore case
+        if hook is not None:
+            return hook.handle(method, target, headers, body)
         found = self.match(method, parts.path)
         if found is None:
             return 404, {}, b""
