@@ -29,4 +29,4 @@ def collect(event: func.EventGridEvent) -> None:
     if container != names.RESULTS or not is_shard_result(name):
         log.debug("collect.not_a_result", subject=event.subject[:300], event_type=event.event_type)
         return
-    context.settle("collect", lambda: collect_result(context.storage(), name))
+    context.settle("collect", lambda: collect_result(context.storage(), name, views=context.job_views()))

@@ -13,6 +13,7 @@ from upwell import logs
 from upwell.access import principal
 from upwell.access.principal import Caller
 from upwell.errors import PrincipalInvalid, ProjectForbidden, UpwellError
+from upwell.jobviews import JobViews
 from upwell.ops.jobapi import JobAPI
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -37,6 +38,12 @@ def storage() -> Storage:
     return store
 
 
+@functools.cache
+def job_views() -> JobViews:
+    """The job views this process keeps between collect's finishes (upwell.jobviews): first tries only."""
+    return JobViews()
+
+
 def settle(what: str, call: Callable[[], T]) -> T | None:
     """Run a handler's one call into upwell. A permanent upwell error is logged and dropped (retrying
     the same input cannot help; the reconciler re-drives what needs it); a transient one raises, so
@@ -54,6 +61,7 @@ def reset() -> None:
     """Forget the cached settings and clients (tests change the environment)."""
     settings.cache_clear()
     storage.cache_clear()
+    job_views.cache_clear()
 
 
 

@@ -61,6 +61,7 @@ class Completion:
     counted: bool  # False: the shard was already terminal (a duplicate)
     job_done: bool  # True for exactly one caller per job
     job_status: str
+    view: JobRow | None = None  # the finisher's view after its commit, to try the next finish on (jobviews)
 
 
 def conflict(exc: Exception) -> bool:
@@ -152,6 +153,8 @@ class JobCounts:
             now: Counter | None = Counter.from_entity(self.table.get_entity(view.job_id, row_key))
         except ResourceNotFoundError:
             now = None
+        if now is None and target[0] == "update":  # the row this view held is gone: the job was folded
+            return None, row
         return counters.replaced(view, now, row_key), row
 
     def _counted(self, view: JobRow, target: tuple, meta: list) -> Completion:
@@ -162,8 +165,11 @@ class JobCounts:
         etag = str(((meta or [{}, {}])[1] or {}).get("etag") or "")
         mine = counters.replaced(view, Counter.from_entity(_Written(target[1], etag)), target[1]["RowKey"])
         if counters.ended(mine) < mine.shards_total - counters.RECHECK_WINDOW:
-            return Completion(True, False, view.status.value)
-        closed = self.close(mine.job_id, mine if counters.complete(mine) and etag else None)
+            return Completion(True, False, view.status.value, mine if etag else None)
+        seen = mine if counters.complete(mine) and etag else self.read(mine.job_id)
+        if seen is None or not counters.complete(seen):  # not every shard is counted yet: no close is owed
+            return Completion(True, False, view.status.value, seen)
+        closed = self.close(mine.job_id, seen)
         return Completion(True, closed is not None, closed or view.status.value)
 
     def close(self, job_id: str, seen: JobRow | None = None) -> str | None:

@@ -10,6 +10,7 @@ through the devhost's records while a job runs with real agents on Azurite.
 
 from __future__ import annotations
 
+import azure.functions as func
 import pytest
 
 from tests.faults import harness
@@ -48,9 +49,15 @@ def test_collect_drops_an_artifact_by_its_name_before_opening_storage(monkeypatc
         opened.append("storage")
         raise RuntimeError("storage opened")
 
+    def event(container: str, name: str) -> func.EventGridEvent:
+        return func.EventGridEvent(id="1", data={}, topic="t", event_type="Microsoft.Storage.BlobCreated",
+                                   subject=f"/blobServices/default/containers/{container}/blobs/{name}",
+                                   event_time=None, data_version="")
+
     monkeypatch.setattr(handlers.context, "storage", storage)
-    handlers.collect.collect(type("Client", (), {"blob_name": "job-1/shard-0001/metrics.json"})())
+    handlers.collect.collect(event("results", "job-1/shard-0001/metrics.json"))
+    handlers.collect.collect(event("incoming", "job-1/shard-0001.json"))  # another container's blob
     assert opened == []
     with pytest.raises(RuntimeError, match="storage opened"):  # a result's name does open it: the stub can fire
-        handlers.collect.collect(type("Client", (), {"blob_name": "job-1/shard-0001.json"})())
+        handlers.collect.collect(event("results", "job-1/shard-0001.json"))
     assert opened == ["storage"]

@@ -121,8 +121,8 @@ def test_the_webhook_checks_the_key_names_the_function_and_answers_as_the_extens
     assert hook.handle("POST", target, {"aeg-event-type": "Unsubscribe"}, b"[]")[0] == 202
     assert hook.handle("POST", target, {"aeg-event-type": "Other"}, b"[]")[0] == 400
     assert hook.handle("POST", target, notify, json.dumps(event).encode())[0] == 202  # one event, not an array
-    assert CALLS == [{"type": "EventGridEvent", "name": "a/b.json", "event_type": "Microsoft.Storage.BlobCreated",
-                      "etag": "0x8D1", "url": event["data"]["url"]}]
+    assert [{"type": "EventGridEvent", "name": "a/b.json", "event_type": "Microsoft.Storage.BlobCreated",
+                      "etag": "0x8D1", "url": event["data"]["url"]}] == CALLS
     FAIL_FIRST["a/b.json"] = 1
     status, _, body = hook.handle("POST", target, notify, json.dumps([event]).encode())
     assert status == 500 and b"a/b.json asks to fail" in body

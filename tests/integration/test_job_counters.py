@@ -142,3 +142,59 @@ def test_a_shard_of_a_job_that_has_ended_counts_on_the_job_row(store):
     assert got == Completion(True, False, JobState.FAILED.value)
     assert (job.shards_done, job.shards_failed, job.spent_usd, job.failed_ids(), job.counters) == \
         (0, 1, COST, ["s00001"], ()), "an ended job keeps no counter rows"
+
+
+class Reads:
+    """Wraps the ledger's table: counts the range queries (reads of a job) and point reads."""
+
+    def __init__(self, table):
+        self.table, self.queries, self.gets = table, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.table, name)
+
+    def query_entities(self, *args, **kwargs):
+        self.queries += 1
+        return self.table.query_entities(*args, **kwargs)
+
+    def get_entity(self, *args, **kwargs):
+        self.gets += 1
+        return self.table.get_entity(*args, **kwargs)
+
+
+def test_kept_views_of_two_processes_and_a_fold_between_count_every_shard_once(store):
+    """Two collect processes, each keeping the view its last finish left (upwell.jobviews), finish the
+    shards of one job in turn, so each one's view is stale on the rows the other wrote; half-way a re-run
+    folds the counter rows into the job row, so both views name rows that are gone. Every shard counts
+    once, the job ends once, and the job is read far less often than once a finish (the same finishes
+    without kept views are the baseline, in the same test)."""
+    from upwell.jobviews import JobViews
+
+    def finish_in_turn(views: list[JobViews] | None, total: int = 120) -> tuple[str, list[Completion], Reads]:
+        ledger = Ledger(store)
+        job_id = new_job(ledger, total)
+        ledger.table = ledger.counts.table = reads = Reads(ledger.table)
+        done = []
+        for i in range(total):
+            if i == total // 2:  # a re-run's fold (it gives nothing back here): every counter row is deleted
+                ledger.change_counts(job_id, lambda row: {"status": JobState.RUNNING})
+            kept = views[i % 2] if views else None
+            status = ShardState.FAILED if failed(i) else ShardState.SUCCEEDED
+            got = ledger.finish_shard(job_id, f"s{i:05d}", status, {}, cost_usd=COST,
+                                      job=(kept and kept.get(job_id)) or ledger.job(job_id))
+            if kept is not None and got.counted:
+                kept.keep(job_id, got.view)
+            done.append(got)
+        return job_id, done, reads
+
+    _, _, baseline = finish_in_turn(None)
+    job_id, done, reads = finish_in_turn([JobViews(), JobViews()])
+    assert sum(c.job_done for c in done) == 1 and all(c.counted for c in done)
+    job = Ledger(store).job(job_id)
+    n_failed = sum(failed(i) for i in range(120))
+    assert (job.shards_done, job.shards_failed, job.spent_usd, job.counters) == (120 - n_failed, n_failed,
+                                                                                120 * COST, ())
+    assert job.status == JobState.PARTIALLY_FAILED
+    print(f"\njob reads for 120 finishes: {baseline.queries} without kept views, {reads.queries} with "
+          f"(and {reads.gets} point reads of a stale row)")
+    assert reads.queries <= baseline.queries / 2, (reads.queries, baseline.queries)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from upwell import cost, logs, names
 from upwell.errors import ConfigError, NotFound
+from upwell.jobviews import JobViews
 from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
 from upwell.results import points
 from upwell.storage import Storage
@@ -99,8 +100,10 @@ def is_shard_result(name: str) -> bool:
     return RESULT_NAME.match(name) is not None
 
 
-def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collected | None:
-    """Handle results/<name>. Artifacts (results/<job>/<shard>/<file>) are ignored."""
+def collect(storage: Storage, name: str, ledger: Ledger | None = None,
+            views: JobViews | None = None) -> Collected | None:
+    """Handle results/<name>. Artifacts (results/<job>/<shard>/<file>) are ignored. ``views``: the job views
+    this process keeps between finishes (upwell.jobviews), tried before a read of the job."""
     m = RESULT_NAME.match(name)
     if not m:
         return None
@@ -113,7 +116,7 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
         return None
     except json.JSONDecodeError:
         doc, kept = {"status": "failed", "error": f"results/{name} is not valid JSON"}, ""
-    job = ledger.job(job_id) or JobRow(job_id=job_id)
+    job = (views and views.get(job_id)) or ledger.job(job_id) or JobRow(job_id=job_id)
     status = ShardState.SUCCEEDED if doc.get("status") == "succeeded" else ShardState.FAILED
     t = doc.get("timings") or {}
     fields = {"finished_at": t.get("finished") or "", "error": (doc.get("error") or "")[:2000],
@@ -128,6 +131,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None) -> Collec
     fields["cost_usd"] = shard_cost(doc, job)
     done = ledger.finish_shard(job_id, shard_id, status, fields, cost_usd=fields["cost_usd"], job=job,
                                shard=_shard_seen(doc, job_id, shard_id))
+    if views is not None and done.counted:
+        views.keep(job_id, done.view)
     bound = log.bind(job_id=job_id, shard_id=shard_id)
     bound.info("collect.shard", status=status.value, counted=done.counted, job_done=done.job_done)
     if done.job_done:
