@@ -64,6 +64,8 @@ def test_requests_per_shard_end_to_end(stack, monkeypatch):
         print(f"{v / SHARDS:6.2f}  {key}")
     assert job.status == "succeeded" and job.shards_done == SHARDS and job.reported
     assert meter.by_thread["devhost-fn-collect"] or meter.by_thread["devhost-blob-queue"]  # the host was counted
+    # logistic prints nothing: no attempt uploads (or, on a first attempt, deletes) a payload.log
+    assert not [key for key in meter.detail if "payload.log" in key], meter.detail
     assert per["total"] <= BOUND, per
 
 

@@ -44,6 +44,15 @@ def _ended(storage, job_id: str) -> bool:
     return row is None or row.terminal or row.status == JobState.CANCELLED
 
 
+def _ran_silently(storage, job_id: str, shard: str) -> bool:
+    """A shard with neither a log nor a result: did an attempt of it end all the same (a failed one that will
+    be retried, or a stopped one)? Then it printed nothing. One row read, only in that case."""
+    from upwell.ledger import Ledger
+
+    row = Ledger(storage).shard(job_id, shard)
+    return row is not None and row.attempt_ended
+
+
 def _print(storage, job_id: str, shard: str, what: str, header: bool) -> None:
     """One shard's log; a shard that printed nothing says so (under its header, or on stderr alone)."""
     data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/{LOG}").decode(errors="replace") \
@@ -82,10 +91,13 @@ def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
         if not follow or ended:
             break
         time.sleep(interval)
+    if not printed and not follow and one and _ran_silently(storage, job_id, one):
+        sys.stderr.write(f"{NO_OUTPUT}\n")  # an attempt ended without a result and printed nothing
+        return
     if not printed and not follow:
         where = f"{job_id}/{one}" if one else job_id
-        err.print(f"[red]no log for {where} yet[/] (results/{where}/{LOG}): no attempt has finished (a failed or "
-                  "stopped one that printed nothing keeps no log), or there is no such shard", soft_wrap=True)
+        err.print(f"[red]no log for {where} yet[/] (results/{where}/{LOG}): no attempt has finished, or there is "
+                  "no such shard", soft_wrap=True)
         raise typer.Exit(1)
 
 

@@ -88,5 +88,5 @@ class JobAPI:
             data = self.storage.read(f"{names.RESULTS}/{job_id}/{shard_id}/payload.log")
         except NotFound:
             row = self.ledger.shard(job_id, shard_id)  # read only when there is no log: it ran silently, or not yet
-            return b"" if row is not None and (row.attempts or row.preemptions or row.terminal) else None
+            return b"" if row is not None and row.attempt_ended else None
         return data[-LOG_LIMIT:]
