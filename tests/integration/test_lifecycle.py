@@ -15,9 +15,11 @@ from typer.testing import CliRunner
 
 from tests.pipeline_helpers import ingest_manifest, wait_for
 from upwell import logs, names
+from upwell.access.principal import Caller
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
+from upwell.ops.jobapi import JobAPI
 from upwell.results.collect import collect
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -168,8 +170,10 @@ def test_a_silent_retry_leaves_no_earlier_attempts_log_behind(store, tmp_path):
     job = _ingest(store, "life/retry/job.yaml", "payload: logistic\ngrid: {fail_first_attempts: [1]}\n")
     log = f"{names.RESULTS}/{job}/s00000/payload.log"
     agent = _agent(store, tmp_path, max_items=1)
+    api = JobAPI(store, Settings(), Caller(kind="function_key", name="", projects=None))
+    assert api.shard_log(job, "s00000") is None  # no attempt has ended yet: 404, not an empty log
     assert agent.handle(agent.queue.receive_message()) != "succeeded"
-    assert b"injected failure: attempt 1" in store.read(log)
+    assert b"injected failure: attempt 1" in store.read(log) and b"injected failure" in api.shard_log(job, "s00000")
     _run_all(store, tmp_path, job, 1)
     assert Ledger(store).job(job).status == "succeeded"
     doc = json.loads(store.read(f"{names.RESULTS}/{job}/s00000.json"))
@@ -177,6 +181,7 @@ def test_a_silent_retry_leaves_no_earlier_attempts_log_behind(store, tmp_path):
     assert not store.exists(log)
     code, out = _cli("logs", job)
     assert code == 0 and out == "== s00000 ==\n(no output)\n", out
+    assert api.shard_log(job, "s00000") == b"" and api.shard_log(job, "s00009") is None  # empty; no such shard
 
 
 def test_delete_removes_blobs_and_rows_and_prune_takes_only_old_jobs(store, tmp_path):
