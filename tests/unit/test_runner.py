@@ -81,6 +81,9 @@ def test_stop_keeps_the_checkpoint_and_the_next_attempt_resumes(counter, tmp_pat
     assert f"starting from {kept}" in (tmp_path / "a2" / "payload.log").read_text()
     log = (tmp_path / "a2" / "payload.log").read_text().splitlines()
     assert [line for line in log if line.startswith("$ ") and "tool.py" in line][0].endswith("0 --resume")
+    # the command lines are the launcher's, not the payload's output: log_bytes counts everything else
+    ours = sum(len(line) + 1 for line in log if line.startswith("$ "))
+    assert second.log_bytes == len((tmp_path / "a2" / "payload.log").read_bytes()) - ours > 0
     assert second.metrics["count"] == 200
 
 
