@@ -65,8 +65,10 @@ def _env(d: Definition, item: WorkItem) -> dict[str, str]:
     return env
 
 
-def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "") -> tuple[int, str]:
-    """Run one prepare or post step to its end; (exit code, its output), also appended to payload.log."""
+def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "", *,
+          own: bool = False) -> tuple[int, str]:
+    """Run one prepare or post step to its end; (exit code, its output), also appended to payload.log. ``own``:
+    upwell's probe (the version_command, recorded in the result), whose output is not the payload's either."""
     try:
         done = subprocess.run(argv, cwd=workdir, env=env, input=stdin.encode(), capture_output=True,
                               timeout=STEP_TIMEOUT_S, start_new_session=True)
@@ -76,6 +78,9 @@ def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "") 
     except subprocess.TimeoutExpired:
         code, text = 124, f"{argv[0]}: timed out after {STEP_TIMEOUT_S:.0f} s\n"
     log_line(workdir, f"$ {' '.join(argv)}\n")  # upwell's line; the step's output is the payload's
+    if own:
+        log_line(workdir, text)
+        return code, text
     with open(workdir / "payload.log", "a", encoding="utf-8") as fh:
         fh.write(text)
     return code, text
@@ -190,7 +195,7 @@ def tool_version(loaded: Loaded, workdir: Path, values: dict[str, str], env: dic
         return ""
     with _VERSIONS_LOCK:  # slots of one agent run it once between them
         if loaded.sha256 not in _VERSIONS:
-            code, text = _step([render(a, values) for a in d.version_command], workdir, env)
+            code, text = _step([render(a, values) for a in d.version_command], workdir, env, own=True)
             said = upwell_provenance.tool_version(text)
             _VERSIONS[loaded.sha256] = said if code == 0 else f"unknown (version_command exited {code}: {said})"
         return _VERSIONS[loaded.sha256]

@@ -219,6 +219,8 @@ def test_the_tools_version_is_asked_once_per_node_and_definition(tmp_path):
     assert first.definition["tool_version"] == second.definition["tool_version"] == \
         "counter version 2.4.1 (double precision)"
     assert asked.read_text() == "x"  # once for both shards
+    # the probe's output is in the first attempt's log but is not the payload's: both printed as much
+    assert "banner" in (tmp_path / "a1" / "payload.log").read_text() and first.log_bytes == second.log_bytes
     assert "tool_version" not in run_definition(load(definition(), "c.yaml", ("*.azurecr.io",)), item(n=1),
                                                 tmp_path / "a3").definition
 
