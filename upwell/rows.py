@@ -295,6 +295,14 @@ class ShardRow(_Row):
         return self.status == ShardState.RUNNING and not self.released_at
 
     @property
+    def attempt_ended(self) -> bool:
+        """Has an attempt of this shard ended? It started once and is not in its first attempt now. A reader
+        then takes a missing payload.log for an empty one: an attempt that printed nothing keeps none
+        (workers.staging.keep_log)."""
+        return bool(self.first_started_at) and (self.status != ShardState.RUNNING or self.attempts > 1
+                                                or self.preemptions > 0)
+
+    @property
     def claim_place(self) -> str:
         """The sort key of this running shard's claim: pinned, else the row's last write (the claim)."""
         return self.claim_key or self.written

@@ -154,7 +154,7 @@ class Agent:
                         on_tick=watch.ticker(self.node.ticking(hand.lease.renew)), ranks=self.config.ranks or None,
                         definitions=self.definitions, timeout_s=wallclock.shard_timeout(hand.job),
                         clock=self.clock, apptainer=self.config.apptainer)
-        self.staging.keep_log(item, result)
+        self.staging.keep_log(item, result, earlier=may_resume(hand.shard, hand.etag))  # an earlier log?
         ended = AttemptResult(status=result.status, exit_code=result.exit_code, permanent=result.permanent,
                               stopped=self.stop.is_set(), cancelled=watch.cancelled.is_set(),
                               timed_out=result.timed_out)

@@ -174,6 +174,7 @@ class _Block:
             stderr_tail="\n".join(f"point p{e['point']}: {e.get('error')}\n{e.get('log_tail', '')[-500:]}"
                                   for e in failed)[-4000:],
             run_s=round(sum(r.run_s for r in runs), 3), log_path=self.log if self.log.is_file() else None,
+            log_bytes=None if any(r.log_bytes is None for r in runs) else sum(r.log_bytes for r in runs),
             permanent=permanent,  # a point past its wall clock is that point's failure, not the block's
             definition=dict(getattr(last, "definition", None) or {}),
             cpu_wait_s=sum(r.cpu_wait_s for r in runs))

@@ -55,7 +55,12 @@ def _child(req: dict, started: int) -> None:
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         import runpy
+        import warnings
 
+        # runpy warns that a preloaded module (PRELOAD) is already in sys.modules; a fresh process never says
+        # it, and it would make every forked payload's log non-empty, so a silent payload would keep a log
+        warnings.filterwarnings("ignore", message=r".*found in sys\.modules after import of package",
+                                category=RuntimeWarning)
         sys.argv = [req["module"], *req["argv"]]
         try:
             runpy.run_module(req["module"], run_name="__main__", alter_sys=True)

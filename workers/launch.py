@@ -31,7 +31,7 @@ from workers.payload_process import GRACE_S, TICK_S, Outcome, start, supervise
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, METRICS_FILE, read_progress
 from workers.procs import REPO_ROOT, shield_mpiexec
 from workers.runner import provenance, run_definition
-from workers.workdir import LaunchResult, prepare_workdir, read_json
+from workers.workdir import LaunchResult, output_bytes, prepare_workdir, read_json
 
 if TYPE_CHECKING:
     from workers.supervision import NodeClock
@@ -204,4 +204,5 @@ def _result(workdir: Path, status: str, code: int | None, before: dict | None, t
                         artifacts=artifacts, checkpoint_dir=workdir / "ckpt", checkpoints=max(0, written),
                         resumed_from=before.get("marker") if before else None, stderr_tail=tail,
                         run_s=round(run_s, 3), log_path=log_path if log_path.exists() else None,
+                        log_bytes=output_bytes(workdir),
                         timed_out=timed_out, permanent=code == EXIT_BAD_INPUT, cpu_wait_s=cpu_wait_s)

@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING
 from upwell import logs
 from workers import warm
 from workers.procs import die_with_parent, reap, shielded_child, signal_group
+from workers.workdir import log_line
 
 if TYPE_CHECKING:
     from workers.supervision import NodeClock
@@ -79,8 +80,7 @@ def start(command: list[str], workdir: Path, env: dict[str, str], *, warm_ok: bo
           shield_mpiexec: bool = False) -> tuple[subprocess.Popen, Streams]:
     """Start ``command`` in ``workdir`` in a session of its own; a Python module may be forked warm."""
     log_path = workdir / "payload.log"
-    with open(log_path, "ab") as handle:
-        handle.write(f"$ {' '.join(command)}\n".encode())
+    log_line(workdir, f"$ {' '.join(command)}\n")  # upwell's line, not the payload's output (output_bytes)
     if warm_ok and command[:2] == [sys.executable, "-m"] and warm.enabled():  # fork a Python payload warm
         return warm.runner().start_payload(command[2], command[3:], workdir, env, log_path)
     proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -41,6 +41,9 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
         "params": item.params,
         "metrics": metrics,
         "artifacts": artifacts or {},
+        # what the attempt's payload printed: 0 means no payload.log was kept (workers.staging.keep_log), and a
+        # log left by an earlier attempt is not this one's; None: no payload ran, or it was not counted
+        "log_bytes": getattr(launch, "log_bytes", None),
         "timings": {
             "queued": queued,
             "started": started,

@@ -47,7 +47,7 @@ from upwell.payloads.validate import Loaded
 from workers import checkpoints, gang
 from workers.payload_process import TAIL_BYTES, TICK_S, start, supervise
 from workers.procs import shield_mpiexec
-from workers.workdir import LaunchResult, prepare_workdir, read_json
+from workers.workdir import LaunchResult, log_line, output_bytes, prepare_workdir, read_json
 
 if TYPE_CHECKING:
     from workers.supervision import NodeClock
@@ -65,8 +65,10 @@ def _env(d: Definition, item: WorkItem) -> dict[str, str]:
     return env
 
 
-def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "") -> tuple[int, str]:
-    """Run one prepare or post step to its end; (exit code, its output), also appended to payload.log."""
+def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "", *,
+          own: bool = False) -> tuple[int, str]:
+    """Run one prepare or post step to its end; (exit code, its output), also appended to payload.log. ``own``:
+    upwell's probe (the version_command, recorded in the result), whose output is not the payload's either."""
     try:
         done = subprocess.run(argv, cwd=workdir, env=env, input=stdin.encode(), capture_output=True,
                               timeout=STEP_TIMEOUT_S, start_new_session=True)
@@ -75,8 +77,12 @@ def _step(argv: list[str], workdir: Path, env: dict[str, str], stdin: str = "") 
         code, text = 127, f"{argv[0]}: not found on PATH\n"
     except subprocess.TimeoutExpired:
         code, text = 124, f"{argv[0]}: timed out after {STEP_TIMEOUT_S:.0f} s\n"
+    log_line(workdir, f"$ {' '.join(argv)}\n")  # upwell's line; the step's output is the payload's
+    if own:
+        log_line(workdir, text)
+        return code, text
     with open(workdir / "payload.log", "a", encoding="utf-8") as fh:
-        fh.write(f"$ {' '.join(argv)}\n{text}")
+        fh.write(text)
     return code, text
 
 
@@ -189,7 +195,7 @@ def tool_version(loaded: Loaded, workdir: Path, values: dict[str, str], env: dic
         return ""
     with _VERSIONS_LOCK:  # slots of one agent run it once between them
         if loaded.sha256 not in _VERSIONS:
-            code, text = _step([render(a, values) for a in d.version_command], workdir, env)
+            code, text = _step([render(a, values) for a in d.version_command], workdir, env, own=True)
             said = upwell_provenance.tool_version(text)
             _VERSIONS[loaded.sha256] = said if code == 0 else f"unknown (version_command exited {code}: {said})"
         return _VERSIONS[loaded.sha256]
@@ -286,7 +292,8 @@ def _result(loaded: Loaded, workdir: Path, status: str, code: int | None, tail: 
         artifacts=artifacts, checkpoint_dir=kept or workdir / "ckpt", checkpoints=written,
         resumed_from="checkpoint" if restored.resumed else None, stderr_tail=tail,
         run_s=round(time.monotonic() - started, 3), log_path=log_path if log_path.exists() else None,
-        timed_out=timed_out, permanent=permanent and status == "failed", definition=provenance(loaded, version),
+        log_bytes=output_bytes(workdir), timed_out=timed_out, permanent=permanent and status == "failed",
+        definition=provenance(loaded, version),
         cpu_wait_s=cpu_wait_s, checkpoint_note=restored.note)
 
 

@@ -5,7 +5,8 @@ references its data, its byte range of the pinned original with the header befor
 a pinned Parquet original as CSV: ``upwell.shardref``),
 and the kept checkpoint files (``checkpoints/<job>/<shard>/``) when one may exist (``may_resume``). Out: the
 checkpoint an attempt left when it may be resumed (preempted or cancelled; only what changed is sent, and only
-the newest is kept), the artifacts of a success, and ``payload.log`` of every attempt. Nothing a payload names
+the newest is kept), the artifacts of a success, and ``payload.log`` of every attempt that printed something
+(``keep_log``). Nothing a payload names
 leaves its work dir, and every name is made one harmless segment (``safe_name``), so a hostile output or
 checkpoint name cannot write outside the shard's prefix.
 """
@@ -187,22 +188,40 @@ class Staging:
             out[name] = blob
         return out
 
-    def keep_log(self, item: WorkItem, result) -> None:
-        """payload.log is an artifact of every attempt (results/<job>/<shard>/payload.log, the latest
-        attempt's); on success it goes up with the outputs, otherwise here."""
+    def keep_log(self, item: WorkItem, result, *, earlier: bool) -> None:
+        """payload.log is kept for every attempt whose payload printed something (results/<job>/<shard>/
+        payload.log, the latest such attempt's): on success it goes up with the outputs, otherwise here. An
+        attempt whose payload printed nothing (``result.log_bytes`` 0: only upwell's command lines are in its
+        log) uploads nothing, the common case of a small sweep point; the result records ``log_bytes`` and a
+        reader takes a missing log for an empty one. So that an earlier attempt's log is not left looking like
+        this one's, it is deleted then, but only when the shard row shows an earlier attempt (``earlier``,
+        facts already in hand): a first attempt pays no request for a log it never had."""
         path = getattr(result, "log_path", None)
         if not path or not Path(path).is_file():
-            return
+            return  # the payload never started: the latest log is still the last one that ran
+        blob = f"{item.result_prefix}/payload.log"
         out_dir = Path(result.checkpoint_dir).parent / "out"
-        if result.status == "succeeded" and out_dir.is_dir():
-            shutil.copyfile(path, out_dir / "payload.log")
-            result.artifacts.append(out_dir / "payload.log")
-            return
         try:
+            if _silent(result, Path(path)):
+                if earlier:
+                    with contextlib.suppress(NotFound):  # no earlier attempt printed anything either
+                        self.storage.delete(blob)
+                return
+            if result.status == "succeeded" and out_dir.is_dir():
+                shutil.copyfile(path, out_dir / "payload.log")
+                result.artifacts.append(out_dir / "payload.log")
+                return
             with open(path, "rb") as fh:
-                self.storage.for_project(item.project).write(f"{item.result_prefix}/payload.log", fh)
+                self.storage.for_project(item.project).write(blob, fh)
         except UpwellError as exc:
             self.log.warning("agent.log_not_kept", error=str(exc).splitlines()[0][:200], code=exc.code)
+
+
+def _silent(result, path: Path) -> bool:
+    """Did the attempt's payload print nothing? Its counted output (``LaunchResult.log_bytes``), or where that
+    was not counted, an empty file."""
+    counted = getattr(result, "log_bytes", None)
+    return counted == 0 if counted is not None else path.stat().st_size == 0
 
 
 def as_points(path: Path, dest: Path) -> None:

@@ -15,6 +15,9 @@ from typing import Any
 from upwell.messages import WorkItem
 from workers.payloads.common import EXIT_FILE, ITEM_FILE
 
+LOG_FILE = "payload.log"
+OWN_FILE = "payload.log.own"  # how many of payload.log's bytes upwell wrote itself (the command lines)
+
 
 @dataclass
 class LaunchResult:
@@ -49,6 +52,9 @@ class LaunchResult:
         return self
     checkpoint_note: str = ""  # why a checkpoint that was there was not resumed from (workers.checkpoints)
     points: list[dict[str, Any]] = field(default_factory=list)  # a block's: each point's entry (workers.blocks)
+    # What the payload itself wrote to payload.log (its output and its steps', not the command lines upwell
+    # writes before them: ``output_bytes``); 0: it printed nothing, so no log is kept. None: not counted.
+    log_bytes: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -84,3 +90,31 @@ def read_json(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def log_line(workdir: Path, text: str) -> None:
+    """Append one of upwell's own lines (a command line, before that command's output) to ``W/payload.log``
+    and count its bytes in ``W/payload.log.own``, so that ``output_bytes`` tells an attempt whose payload
+    printed nothing from one that printed something: only the former's log is left behind."""
+    data = text.encode()
+    with open(Path(workdir) / LOG_FILE, "ab") as log:
+        log.write(data)
+    own = Path(workdir) / OWN_FILE
+    own.write_text(str(_own(own) + len(data)))
+
+
+def output_bytes(workdir: Path) -> int:
+    """The bytes of ``W/payload.log`` that the payload (its processes and steps) wrote: the log's size less
+    upwell's own lines (``log_line``). 0 when there is no log."""
+    try:
+        size = (Path(workdir) / LOG_FILE).stat().st_size
+    except OSError:
+        return 0
+    return max(0, size - _own(Path(workdir) / OWN_FILE))
+
+
+def _own(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0

@@ -2,10 +2,11 @@
 read back from Azurite; uploads land under incoming/<project>/ and the ledger records the project.
 
 The sample instrument drop (samples/pipelines/buoy.yaml, matched under incoming/ocean/) runs through the
-real function_app on the devhost and local workers: its shards, results, artifacts, payload log and report
+real function_app on the devhost and local workers: its shards, results, artifacts and report
 are read back with their tags. A manifest that names another project than its folder, and one that names
 no registered payload, are quarantined under quarantine/ocean/ with the same tag. Checkpoints go through
-the agent's staging with the work item's project, read back the same way.
+the agent's staging with the work item's project, read back the same way, and so does a payload.log (the
+sample's payload prints nothing, so its run keeps none).
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def test_every_blob_of_a_sample_job_carries_its_project(azurite, tmp_path, monke
     for folder in ("claims", "unknown"):
         written.update(tags_under(store, names.QUARANTINE, f"ocean/{folder}/"))
     kinds = {path.rsplit(".", 1)[-1] for path in written}
-    assert {"json", "npz", "log", "html"} <= kinds, sorted(written)  # results, artifacts, logs, report
+    assert {"json", "npz", "html"} <= kinds, sorted(written)  # results, artifacts, report
+    assert "log" not in kinds, sorted(written)  # welch prints nothing: no payload.log (a kept one: below)
     assert sum(p.startswith(f"{names.QUARANTINE}/") for p in written) == 4  # two uploads, two error files
     untagged = {p: t for p, t in written.items() if t != {"project": "ocean"}}
     assert not untagged, untagged
@@ -78,6 +80,7 @@ def test_checkpoints_carry_the_work_items_project(azurite, tmp_path):
     """The agent's staging writes a shard's checkpoint files with the item's project (and none without)."""
     from upwell import logs
     from workers.staging import Staging
+    from workers.workdir import LaunchResult
 
     store = Storage(azurite.connection_string)
     store.ensure()
@@ -92,3 +95,14 @@ def test_checkpoints_carry_the_work_items_project(azurite, tmp_path):
         assert staging.checkpoint_out(item, ckpt) == 2
         found = tags_under(store, names.CHECKPOINTS, f"{item.job_id}/")
         assert len(found) == 2 and all(t == want for t in found.values()), found
+        # a failed attempt's payload.log, when its payload printed something, goes up with the project too
+        item = WorkItem(job_id=f"lg-{project or 'none'}", shard_id="s00000", payload="heat", pool="cpu",
+                        result_prefix=f"{names.RESULTS}/lg-{project or 'none'}/s00000", project=project)
+        for printed in (0, len(b"boom\n")):
+            (tmp_path / "payload.log").write_bytes(b"$ heat\n" + b"boom\n"[:printed])
+            staging.keep_log(item, LaunchResult(status="failed", exit_code=1, metrics={}, artifacts=[],
+                                                checkpoint_dir=ckpt, checkpoints=0, resumed_from=None,
+                                                stderr_tail="", run_s=0.1, log_path=tmp_path / "payload.log",
+                                                log_bytes=printed), earlier=False)
+            found = tags_under(store, names.RESULTS, f"{item.job_id}/")
+            assert list(found.values()) == ([want] if printed else []), found  # a silent attempt keeps none

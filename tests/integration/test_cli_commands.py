@@ -151,13 +151,18 @@ def test_logs_follow_prints_each_attempt_as_it_lands_until_the_job_ends(home, az
         assert seen == ["== s00000 ==\n", "first attempt of s00000\n"], seen
         store.put(f"{names.RESULTS}/{job}/s00000/payload.log", b"second attempt of s00000\n")
         store.put(f"{names.RESULTS}/{job}/s00001/payload.log", b"only attempt of s00001\n")
+        store.put(f"{names.RESULTS}/{job}/s00001.json", b"{}")
+        store.put(f"{names.RESULTS}/{job}/s00002.json", b"{}")  # ended, printed nothing: no log kept
         ledger.update_job(job, status=JobState.SUCCEEDED)
         rest, _ = proc.communicate(timeout=60)  # the job ended: it prints what landed, then exits
     finally:
         proc.kill()
     assert proc.returncode == 0, rest
-    assert rest == "== s00000 ==\nsecond attempt of s00000\n== s00001 ==\nonly attempt of s00001\n", rest
+    assert rest == ("== s00000 ==\nsecond attempt of s00000\n== s00001 ==\nonly attempt of s00001\n"
+                    "== s00002 ==\n(no output)\n"), rest
     assert upwell(home, "logs", job, "--shard", "s00001") == "only attempt of s00001\n"  # one shard: as it is
+    assert upwell(home, "logs", job, "s00002") == ""  # its log is empty; "(no output)" went to stderr
+    assert upwell(home, "logs", job, "s0000", code=1) == ""  # no such shard: a prefix of two is neither
 
 
 def test_quarantine_lists_every_bad_row_and_retry_ingests_the_fixed_file(home, azurite, tmp_path, monkeypatch):

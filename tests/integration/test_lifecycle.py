@@ -15,9 +15,11 @@ from typer.testing import CliRunner
 
 from tests.pipeline_helpers import ingest_manifest, wait_for
 from upwell import logs, names
+from upwell.access.principal import Caller
 from upwell.cli import app
 from upwell.ingest.ingestor import Ingestor
 from upwell.ledger import Ledger
+from upwell.ops.jobapi import JobAPI
 from upwell.results.collect import collect
 from upwell.settings import Settings
 from upwell.storage import Storage
@@ -102,9 +104,10 @@ def test_cancel_stops_the_running_shard_and_drains_only_its_own_messages(store, 
     assert [json.loads(m.content)["job_id"] for m in left] == [other]
     row = ledger.shard(other, "s00000")
     assert row.deferrals == 1 and not row.failures
-    # The stopped attempt's log is kept.
+    # The stopped attempt printed nothing, so it kept no log (a stale one would be deleted), and logs says so.
+    assert not store.exists(f"{names.RESULTS}/{victim}/{first}/payload.log")
     code, out = _cli("logs", victim, first)
-    assert code == 0 and "workers.payloads.logistic" in out, out
+    assert code == 0 and out == "(no output)\n", out
     # watch ends at once on a cancelled job (it will never be reported), exit 1: after its first poll, not
     # at its timeout (on a clock that only its own sleeps move).
     import upwell.cli.pipeline
@@ -161,6 +164,26 @@ def test_rerun_failed_only_then_one_shard_and_logs(store, tmp_path):
     assert code == 1 and "no shard s00042" in out
 
 
+def test_a_silent_retry_leaves_no_earlier_attempts_log_behind(store, tmp_path):
+    """Attempt 1 fails and prints, so its log is kept; attempt 2 succeeds and prints nothing: the shard's log
+    is not attempt 1's any more (deleted, as the row showed an earlier attempt), and its result says 0 bytes."""
+    job = _ingest(store, "life/retry/job.yaml", "payload: logistic\ngrid: {fail_first_attempts: [1]}\n")
+    log = f"{names.RESULTS}/{job}/s00000/payload.log"
+    agent = _agent(store, tmp_path, max_items=1)
+    api = JobAPI(store, Settings(), Caller(kind="function_key", name="", projects=None))
+    assert api.shard_log(job, "s00000") is None  # no attempt has ended yet: 404, not an empty log
+    assert agent.handle(agent.queue.receive_message()) != "succeeded"
+    assert b"injected failure: attempt 1" in store.read(log) and b"injected failure" in api.shard_log(job, "s00000")
+    _run_all(store, tmp_path, job, 1)
+    assert Ledger(store).job(job).status == "succeeded"
+    doc = json.loads(store.read(f"{names.RESULTS}/{job}/s00000.json"))
+    assert (doc["timings"]["attempt"], doc["log_bytes"], doc["artifacts"]) == (2, 0, {})
+    assert not store.exists(log)
+    code, out = _cli("logs", job)
+    assert code == 0 and out == "== s00000 ==\n(no output)\n", out
+    assert api.shard_log(job, "s00000") == b"" and api.shard_log(job, "s00009") is None  # empty; no such shard
+
+
 def test_delete_removes_blobs_and_rows_and_prune_takes_only_old_jobs(store, tmp_path):
     ledger = Ledger(store)
     old = _ingest(store, "life/old/job.yaml", "payload: logistic\ngrid: {r: [3.3]}\n")
@@ -169,9 +192,15 @@ def test_delete_removes_blobs_and_rows_and_prune_takes_only_old_jobs(store, tmp_
     _run_all(store, tmp_path, fresh, 1)
     assert ledger.job(old).status == ledger.job(fresh).status == "succeeded"
     assert list(store.list(names.RESULTS, f"{old}/"))
-    code, out = _cli("logs", old, "s00000")  # a succeeded attempt's log is one of its artifacts
-    assert code == 0 and out.startswith("$ "), out
-    assert "payload.log" in json.loads(store.read(f"{names.RESULTS}/{old}/s00000.json"))["artifacts"]
+    # a silent succeeded point keeps no payload.log (its result says it printed 0 bytes); logs says so plainly,
+    # on stderr: what stdout holds is the (empty) log, and a job-wide listing shows it under its header
+    doc = json.loads(store.read(f"{names.RESULTS}/{old}/s00000.json"))
+    assert "payload.log" not in doc["artifacts"] and doc["log_bytes"] == 0
+    assert not store.exists(f"{names.RESULTS}/{old}/s00000/payload.log")
+    one = runner.invoke(app, ["logs", old, "s00000"])
+    assert (one.exit_code, one.stdout, one.stderr) == (0, "", "(no output)\n"), one.output
+    code, out = _cli("logs", old)
+    assert code == 0 and out == "== s00000 ==\n(no output)\n", out
     ledger.update_job(old, finished_at=(datetime.now(UTC) - timedelta(days=40)).isoformat())
 
     code, out = _cli("prune", "--older-than", "30d", "--dry-run")

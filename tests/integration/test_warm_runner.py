@@ -40,6 +40,7 @@ def test_forked_payload_gives_the_fresh_process_results(tmp_path, monkeypatch, w
     assert forked.metrics == fresh.metrics
     assert [p.name for p in forked.artifacts] == [p.name for p in fresh.artifacts]
     assert "$ " in (tmp_path / "warm" / "payload.log").read_text()
+    assert forked.log_bytes == fresh.log_bytes == 0  # silent either way: only upwell's command line, no log kept
 
 
 def test_each_shard_is_a_new_process_in_its_own_session(tmp_path, warm_on, monkeypatch):
@@ -65,6 +66,7 @@ def test_a_failure_keeps_its_stderr_tail(tmp_path, warm_on):
     assert result.status == "failed" and result.exit_code == 1
     assert "injected failure: attempt 1" in result.stderr_tail
     assert "injected failure" in (tmp_path / "w" / "payload.log").read_text()
+    assert result.log_bytes >= len("injected failure")  # stderr, appended at the end, is counted as output
 
 
 def test_a_stop_request_preempts_the_forked_payload(tmp_path, warm_on):

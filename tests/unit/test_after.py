@@ -103,3 +103,6 @@ def test_analysis_section_shows_figures_metrics_files_and_a_failure():
                       "log": "results/j-reduce1/reduce/payload.log"}, io.BytesIO().read)
     assert failed.title == "Analysis failed" and "Done, analysis failed" in failed.text
     assert "results/j-reduce1/reduce/payload.log" in failed.text
+    silent = section({"status": "failed", "job_id": "j-reduce1", "attempt": 1, "error": "exit 1", "log": ""},
+                     io.BytesIO().read)  # it printed nothing, so kept no log (upwell.after.reduce.view)
+    assert "It printed nothing." in silent.text and "payload.log" not in silent.text

@@ -37,12 +37,17 @@ def test_success_writes_item_json_and_returns_metrics(tmp_path):
     item = json.loads((tmp_path / "item.json").read_text())
     assert item["params"]["r"] == 3.2 and item["params"]["steps"] == 2000  # validated, defaults filled
     assert item["attempt"] == 1 and item["ranks"] == 1 and item["input_path"] is None
-    assert "$ " in (tmp_path / "payload.log").read_text()
+    # a silent payload: its log holds only upwell's command line, which is not output, so none is kept
+    lines = (tmp_path / "payload.log").read_text().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("$ ") and "logistic" in lines[0], lines
+    assert result.log_bytes == 0
 
 
 def test_failure_keeps_the_stderr_tail_and_the_next_attempt_succeeds(tmp_path):
     failed = run_payload(logistic(attempt=1, fail_first_attempts=1), tmp_path / "a1")
     assert failed.status == "failed" and failed.exit_code == 1 and not failed.permanent
+    log = (tmp_path / "a1" / "payload.log").read_bytes()
+    assert b"injected failure" in log and 0 < failed.log_bytes == len(log) - len(log.split(b"\n", 1)[0]) - 1
     assert "injected failure: attempt 1" in failed.stderr_tail and failed.metrics == {}
     assert run_payload(logistic(attempt=2, fail_first_attempts=1), tmp_path / "a2").status == "succeeded"
 

@@ -81,6 +81,9 @@ def test_stop_keeps_the_checkpoint_and_the_next_attempt_resumes(counter, tmp_pat
     assert f"starting from {kept}" in (tmp_path / "a2" / "payload.log").read_text()
     log = (tmp_path / "a2" / "payload.log").read_text().splitlines()
     assert [line for line in log if line.startswith("$ ") and "tool.py" in line][0].endswith("0 --resume")
+    # the command lines are the launcher's, not the payload's output: log_bytes counts everything else
+    ours = sum(len(line) + 1 for line in log if line.startswith("$ "))
+    assert second.log_bytes == len((tmp_path / "a2" / "payload.log").read_bytes()) - ours > 0
     assert second.metrics["count"] == 200
 
 
@@ -216,6 +219,8 @@ def test_the_tools_version_is_asked_once_per_node_and_definition(tmp_path):
     assert first.definition["tool_version"] == second.definition["tool_version"] == \
         "counter version 2.4.1 (double precision)"
     assert asked.read_text() == "x"  # once for both shards
+    # the probe's output is in the first attempt's log but is not the payload's: both printed as much
+    assert "banner" in (tmp_path / "a1" / "payload.log").read_text() and first.log_bytes == second.log_bytes
     assert "tool_version" not in run_definition(load(definition(), "c.yaml", ("*.azurecr.io",)), item(n=1),
                                                 tmp_path / "a3").definition
 

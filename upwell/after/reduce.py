@@ -143,4 +143,6 @@ def view(storage: Storage, job: JobRow) -> dict | None:
         out["metrics"] = doc.get("metrics") if isinstance(doc.get("metrics"), dict) else {}
         out["artifacts"] = doc.get("artifacts") if isinstance(doc.get("artifacts"), dict) else {}
         out["payload"] = doc.get("payload") or ""
+        if doc.get("log_bytes") == 0:  # the reduce printed nothing, so it kept no log (workers.staging.keep_log)
+            out["log"] = ""
     return out

@@ -1,9 +1,12 @@
 """``upwell logs JOB [SHARD | --shard S] [--follow]``: the payload.log of a job's shards.
 
-The agent uploads each attempt's ``payload.log`` to ``results/<job>/<shard>/payload.log`` when the attempt
-ends (``workers.staging``; a later attempt replaces it). Without a shard every shard's log is printed under a
-``== <shard> ==`` line; ``--follow`` keeps listing the job's logs and prints each new or replaced one (told
-apart by its ETag) until the job has ended, then exits 0. One listing per pass, whatever the shard count.
+The agent uploads an attempt's ``payload.log`` to ``results/<job>/<shard>/payload.log`` when the attempt ends
+and its payload printed something (``workers.staging.keep_log``; a later attempt replaces it). A shard whose
+result is in but that has no log printed nothing: it is shown as ``(no output)``, never skipped. Without a
+shard every shard's log is printed under a ``== <shard> ==`` line; with one, its log as it is (``(no output)``
+goes to stderr, so what stdout holds is the log). ``--follow`` keeps listing the job's logs and prints each
+new or replaced one (told apart by its ETag) until the job has ended, then exits 0. One listing per pass,
+whatever the shard count: it holds both the logs and the results.
 """
 
 from __future__ import annotations
@@ -17,17 +20,21 @@ from upwell import names
 from upwell.cli.shared import err, open_storage, resolve
 
 LOG = "payload.log"
+NO_OUTPUT = "(no output)"
 
 
 def _logs(storage, job_id: str, shard: str | None) -> dict[str, str]:
-    """shard id -> ETag of its payload.log, for every shard (or the one asked for) that has one."""
-    prefix = f"{job_id}/{shard}/" if shard else f"{job_id}/"
-    found = {}
-    for blob in storage.list(names.RESULTS, prefix):
+    """shard id -> what to print for it, for every shard (or the one asked for) that has a log or a result:
+    ``log:<ETag>`` of its payload.log, else ``none:<ETag>`` of its result (it ended and printed nothing)."""
+    logs, results = {}, {}
+    for blob in storage.list(names.RESULTS, f"{job_id}/{shard}" if shard else f"{job_id}/"):
         parts = blob.name.split("/")
         if len(parts) == 3 and parts[2] == LOG:
-            found[parts[1]] = str(blob.etag)
-    return found
+            logs[parts[1]] = f"log:{blob.etag}"
+        elif len(parts) == 2 and parts[1].endswith(".json"):
+            results[parts[1][:-len(".json")]] = f"none:{blob.etag}"
+    found = {**results, **logs}
+    return {shard: found[shard]} if shard and shard in found else {} if shard else found
 
 
 def _ended(storage, job_id: str) -> bool:
@@ -37,11 +44,25 @@ def _ended(storage, job_id: str) -> bool:
     return row is None or row.terminal or row.status == JobState.CANCELLED
 
 
-def _print(storage, job_id: str, shard: str, header: bool) -> None:
-    data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/{LOG}").decode(errors="replace")
+def _ran_silently(storage, job_id: str, shard: str) -> bool:
+    """A shard with neither a log nor a result: did an attempt of it end all the same (a failed one that will
+    be retried, or a stopped one)? Then it printed nothing. One row read, only in that case."""
+    from upwell.ledger import Ledger
+
+    row = Ledger(storage).shard(job_id, shard)
+    return row is not None and row.attempt_ended
+
+
+def _print(storage, job_id: str, shard: str, what: str, header: bool) -> None:
+    """One shard's log; a shard that printed nothing says so (under its header, or on stderr alone)."""
+    data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/{LOG}").decode(errors="replace") \
+        if what.startswith("log:") else None
     if header:
         sys.stdout.write(f"== {shard} ==\n")
-    sys.stdout.write(data if not data or data.endswith("\n") or not header else data + "\n")
+    if data is None:
+        (sys.stdout if header else sys.stderr).write(f"{NO_OUTPUT}\n")
+    else:
+        sys.stdout.write(data if not data or data.endswith("\n") or not header else data + "\n")
     sys.stdout.flush()
 
 
@@ -50,7 +71,8 @@ def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
          shard: str = typer.Option(None, "--shard", "-s", help="only this shard"),
          follow: bool = typer.Option(False, "--follow", "-f", help="print each new attempt's log until the job ends"),
          interval: float = typer.Option(2.0, help="with --follow: seconds between looks")) -> None:
-    """Print the payload.log of a job's shards (their latest attempts); --follow prints new ones as they land."""
+    """Print the payload.log of a job's shards (their latest attempts; "(no output)" for one that printed
+    nothing); --follow prints new ones as they land."""
     from upwell.errors import NotFound
 
     storage = open_storage()
@@ -59,16 +81,19 @@ def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
     printed: dict[str, str] = {}
     while True:
         ended = follow and _ended(storage, job_id)  # read before the listing: nothing lands unseen after it
-        for sid, etag in sorted(_logs(storage, job_id, one).items()):
-            if printed.get(sid) != etag:
+        for sid, what in sorted(_logs(storage, job_id, one).items()):
+            if printed.get(sid) != what:
                 try:
-                    _print(storage, job_id, sid, header=not one or follow)
+                    _print(storage, job_id, sid, what, header=not one or follow)
                 except NotFound:
                     continue  # replaced between the listing and the read: the next pass prints the new one
-                printed[sid] = etag
+                printed[sid] = what
         if not follow or ended:
             break
         time.sleep(interval)
+    if not printed and not follow and one and _ran_silently(storage, job_id, one):
+        sys.stderr.write(f"{NO_OUTPUT}\n")  # an attempt ended without a result and printed nothing
+        return
     if not printed and not follow:
         where = f"{job_id}/{one}" if one else job_id
         err.print(f"[red]no log for {where} yet[/] (results/{where}/{LOG}): no attempt has finished, or there is "

@@ -79,11 +79,14 @@ class JobAPI:
         return {"job_id": job_id, "shards": rerun_job(self.storage, job_id, failed=failed, ledger=self.ledger)}
 
     def shard_log(self, job_id: str, shard_id: str) -> bytes | None:
-        """The last attempt's payload.log (results/<job>/<shard>/payload.log), its last LOG_LIMIT bytes."""
+        """The last attempt's payload.log (results/<job>/<shard>/payload.log), its last LOG_LIMIT bytes. An
+        attempt whose payload printed nothing keeps no log (workers.staging.keep_log): once the shard row shows
+        an attempt that ended, a missing log is an empty one (b""); None until then, or for no such shard."""
         if not shard_id or shard_id in (".", "..") or "/" in shard_id or self.job(job_id, "see jobs") is None:
             return None
         try:
             data = self.storage.read(f"{names.RESULTS}/{job_id}/{shard_id}/payload.log")
         except NotFound:
-            return None
+            row = self.ledger.shard(job_id, shard_id)  # read only when there is no log: it ran silently, or not yet
+            return b"" if row is not None and row.attempt_ended else None
         return data[-LOG_LIMIT:]

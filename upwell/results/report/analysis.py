@@ -20,7 +20,8 @@ def section(analysis: dict, fetch: Callable[[str], bytes]) -> Section:
     who = f"reduce job {analysis.get('job_id')}, attempt {analysis.get('attempt')}"
     if status == "failed":
         text = (f"Done, analysis failed ({who}): {analysis.get('error') or 'no reason recorded'}. "
-                f"Its log: {analysis.get('log')}. The shards' results and this report are intact; "
+                + (f"Its log: {analysis.get('log')}. " if analysis.get("log") else "It printed nothing. ")
+                + "The shards' results and this report are intact; "
                 "`upwell rerun JOB --reduce` runs the analysis alone again.")
     elif status == "running":
         text = f"The job's analysis is running on a worker pool ({who}); this report is built again when it ends."
