@@ -94,6 +94,9 @@ def encode(item: WorkItem, limit: int = MAX_MESSAGE_BYTES) -> str:
         if not data[name]:
             del data[name]
     if data.get("row_etag"):
+        if not data["row_etag"].startswith(("W/\"", '"')):
+            raise InputRejected(f"work item for shard {item.shard_id}: row_etag {item.row_etag[:60]!r} is not an "
+                                "entity tag (W/\"...\" or \"...\")", field="row_etag")
         data["row_etag"] = compact_etag(data["row_etag"])
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     size = len(text.encode())

@@ -122,7 +122,8 @@ class Agent:
         etag = self.ledger.shard_started(item.job_id, item.shard_id, node=self.node.id, pool=self.node.pool,
                                          attempt=attempt, spot=self.node.spot, row=hand.shard, job=hand.job,
                                          seen_only=hand.assumed)
-        if etag is None:
+        if etag is None:  # cancelled, re-driven, claimed by a twin delivery since ingest wrote it: read it
+            hand.log.info("agent.row_moved_on", row_etag=hand.shard.etag)
             return None
         if etag:
             hand.etag, hand.claimed = ("" if etag == "?" else etag), True
