@@ -7,9 +7,9 @@ Two plans:
   The scale, drop and reconcile benches run once, at sizes that still show how each cost grows (two sizes a
   measure: sweeps of 1,000 and 5,000 points, drops of 30 and 300 MB): their rows are counts, or growth ratios
   of one run, and their timings carry the spread of their own repeats within that run.
-- ``scale`` (``make bench-scale``, 16 min 17 s whole on this machine): the same scale, drop and reconcile measures at the sizes
-  issue 24 names (a 1,000- and a 100,000-point sweep, reports of 1,000 and 10,000 shards, a 100 MB and a
-  1 GB drop, 10,000 uploads for the reconciler), once each.
+- ``scale`` (``make bench-scale``, 16 min 17 s whole on this machine): the same scale, drop and reconcile
+  measures at the sizes issue 24 names (a 1,000- and a 100,000-point sweep, reports of 1,000 and 10,000
+  shards, a 100 MB and a 1 GB drop, 10,000 uploads for the reconciler), once each.
 
 A step's ``runs`` of ``None`` takes ``--repeat``; a number fixes it.
 """

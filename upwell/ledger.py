@@ -187,12 +187,13 @@ class Ledger:
             self.index.created(held, was=row.status)
         return held, False
 
-    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
+    def add_shards(self, job_id: str, rows: list[ShardRow]) -> list[str]:
         """Create shard rows in entity-group transactions of 100, one at a time (Azurite reset connections
-        under eight at once); rows that exist are left alone (upwell.shardbatch)."""
+        under eight at once); rows that exist are left alone (upwell.shardbatch). Returns each row's ETag as
+        this write left it, in order ("" for a row that existed): an agent's first claim is conditional on it."""
         with _funnel(f"add shards to {job_id}"):
-            shardbatch.create_or_delete(self.table, "create", [{**r.to_entity(), "PartitionKey": job_id}
-                                                               for r in rows])
+            return shardbatch.create_or_delete(self.table, "create", [{**r.to_entity(), "PartitionKey": job_id}
+                                                                      for r in rows])
 
     # -- transitions -----------------------------------------------------------
     def update_job(self, job_id: str, **fields: Any) -> None:
@@ -234,13 +235,17 @@ class Ledger:
         raise TransientError(f"{what}: too much contention", code="Contention")
 
     def shard_started(self, job_id: str, shard_id: str, *, node: str, pool: str, attempt: int,
-                      spot: bool = False, row: ShardRow | None = None, job: JobRow | None = None) -> str:
+                      spot: bool = False, row: ShardRow | None = None, job: JobRow | None = None,
+                      seen_only: bool = False) -> str | None:
         """Mark a shard running; "" (falsy) if it is already terminal (a duplicate delivery), else the
         shard row's new ETag ("?" when it is not known: after a conflict, the row was read again).
 
         ``row``: the shard row as the caller just read it; its ETag is tried first, so the usual case
         costs one conditional write and no read (a conflict falls back to read and retry). ``job``: the
-        job row as the caller holds it; a job it shows running already is not read again to be marked."""
+        job row as the caller holds it; a job it shows running already is not read again to be marked.
+        ``seen_only``: ``row`` is the row as its ETag says it was written (the work item's view of the row
+        as ingest wrote it, workers.delivery): one conditional write and nothing else; None when the row
+        has moved on since (412) or is gone (404), for the caller to read it and decide again."""
         def change(row: ShardRow):
             if row.terminal:
                 return None
@@ -251,6 +256,8 @@ class Ledger:
                     "claim_key": row.claim_place if row.claimed_running else ""}
 
         etag = self._update_seen(row, change) if row is not None and row.etag else None
+        if etag is None and seen_only:
+            return None
         if etag is None:  # no row given, or it moved on: read, change and write under ETag
             etag = "?" if self._update_shard(job_id, shard_id, change) is not None else ""
         if etag and (job is None or job.status != JobState.RUNNING):

@@ -10,6 +10,7 @@ import base64
 import binascii
 import dataclasses
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,12 @@ class WorkItem:
     # A block of grid points (upwell.ingest.blocks): each point's own values over ``params``, run in turn
     # (workers.blocks); empty: the item is one point. Left out of the JSON when empty.
     points: list[dict[str, Any]] = field(default_factory=list)
+    # The shard row as ingest wrote it: its ETag from the entity-group transaction's response, and its
+    # ``queued_at``. An agent's first claim is then one write If-Match that ETag, with no read of the row
+    # (workers.delivery). Empty where the sender did not write the row (a re-drive of an existing row, a
+    # re-run). Left out of the JSON when empty; the ETag travels compactly (``compact_etag``).
+    row_etag: str = ""
+    queued_at: str = ""
     schema: int = SCHEMA_VERSION
 
     @property
@@ -57,11 +64,40 @@ class WorkItem:
         return dataclasses.replace(self, attempt=attempt)
 
 
+_OMITTED_EMPTY = ("points", "row_etag", "queued_at")  # left out of the JSON when empty: encoded as before them
+# The Table service's ETags are weak tags over the entity's timestamp, as its sample responses show
+# (W/"datetime'2008-09-18T23%3A46%3A19.4277424Z'"; learn.microsoft.com/rest/api/storageservices/insert-entity,
+# query-entities); Azurite's are the same. A work item carries only the timestamp. An ETag is opaque, so any
+# other form travels whole, and a wrong one could only fail its If-Match (the agent then reads the row).
+_TABLE_ETAG = re.compile("W/\"datetime'([0-9A-Za-z.%-]+)'\"")
+
+
+def compact_etag(etag: str) -> str:
+    """A Table ETag as its timestamp, ':' unescaped (27 bytes of 47), where ``expand_etag`` gives the same
+    ETag back; any other ETag as it is."""
+    m = _TABLE_ETAG.fullmatch(etag)
+    short = m.group(1).replace("%3A", ":") if m else etag
+    return short if m and expand_etag(short) == etag else etag
+
+
+def expand_etag(text: str) -> str:
+    """The ETag of ``compact_etag``'s text; a whole ETag (weak ``W/"..."`` or strong ``"..."``) as it is."""
+    if not text or text.startswith(("W/", '"')):
+        return text
+    return "W/\"datetime'" + text.replace(":", "%3A") + "'\""
+
+
 def encode(item: WorkItem, limit: int = MAX_MESSAGE_BYTES) -> str:
     """Encode to JSON text; raise InputRejected naming the limit if too large."""
     data = dataclasses.asdict(item)
-    if not data["points"]:
-        del data["points"]  # a one-point item is encoded as before blocks existed
+    for name in _OMITTED_EMPTY:  # an item without them is encoded as before they existed
+        if not data[name]:
+            del data[name]
+    if data.get("row_etag"):
+        if not data["row_etag"].startswith(("W/\"", '"')):
+            raise InputRejected(f"work item for shard {item.shard_id}: row_etag {item.row_etag[:60]!r} is not an "
+                                "entity tag (W/\"...\" or \"...\")", field="row_etag")
+        data["row_etag"] = compact_etag(data["row_etag"])
     text = json.dumps(data, separators=(",", ":"), sort_keys=True)
     size = len(text.encode())
     if size > limit:
@@ -97,6 +133,10 @@ def decode(text: str | bytes) -> WorkItem:
     unknown = data.keys() - _FIELDS
     if unknown:
         raise DecodeError(f"work item has unknown fields {sorted(unknown)}")
+    for name in ("row_etag", "queued_at"):
+        if not isinstance(data.get(name, ""), str):
+            raise DecodeError(f"work item field {name} is not a string")
+    data["row_etag"] = expand_etag(data.get("row_etag", ""))
     try:
         return WorkItem(**data)
     except TypeError as exc:

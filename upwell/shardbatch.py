@@ -36,20 +36,32 @@ def each_chunk(work: Callable[[list], Any], items: list, workers: int) -> list:
         return list(pool.map(work, parts))
 
 
-def create_or_delete(table, op: str, entities: list[dict], workers: int = 1) -> None:
+def create_or_delete(table, op: str, entities: list[dict], workers: int = 1) -> list[str]:
     """``op`` ("create" or "delete") on one partition's entities; a refused transaction goes one by one,
-    leaving alone rows that exist (create) or are gone (delete)."""
-    def one_chunk(chunk: list[dict]) -> None:
+    leaving alone rows that exist (create) or are gone (delete). Returns each entity's new ETag, in order:
+    a transaction's response carries one sub-response per operation, in the order sent, each with the
+    entity's ETag header (learn.microsoft.com/rest/api/storageservices/performing-entity-group-transactions;
+    azure-data-tables' ``_batch_send`` returns them as ``[{"etag": ...}, ...]``, its
+    ``extract_batch_part_metadata``). "" for a row this call did not write (it existed, or a delete)."""
+    def one_chunk(chunk: list[dict]) -> list[str]:
         try:
-            table.submit_transaction([(op, e) for e in chunk])
+            return [str((part or {}).get("etag") or "") if op == "create" else ""
+                    for part in table.submit_transaction([(op, e) for e in chunk])]
         except TableTransactionError:
-            for e in chunk:
-                try:
-                    table.create_entity(e) if op == "create" else table.delete_entity(e["PartitionKey"], e["RowKey"])
-                except (ResourceExistsError, ResourceNotFoundError):
-                    pass
+            return [_one(table, op, e) for e in chunk]
 
-    each_chunk(one_chunk, entities, workers)
+    return [etag for part in each_chunk(one_chunk, entities, workers) for etag in part]
+
+
+def _one(table, op: str, entity: dict) -> str:
+    """``op`` on one entity, alone: its new ETag when it created the row, else ""."""
+    try:
+        if op == "create":
+            return str((table.create_entity(entity) or {}).get("etag") or "")
+        table.delete_entity(entity["PartitionKey"], entity["RowKey"])
+    except (ResourceExistsError, ResourceNotFoundError):
+        pass
+    return ""
 
 
 def merge_seen(table, changes: list[tuple[ShardRow, dict[str, Any]]], workers: int) -> list[ShardRow]:

@@ -94,22 +94,37 @@ class Agent:
 
     def handle(self, msg) -> str:
         """One message: gather the facts once, decide once, then act; returns what happened (tests, logs)."""
-        hand = gather(msg, self.loop.lease(msg), storage=self.storage, ledger=self.ledger, jobs=self.jobs,
-                      max_concurrency=self.settings.max_concurrency, log=self.log, agent_nodes=self.config.gang_nodes)
-        verdict = decide_delivery(**hand.facts(), config=self.attempts)
-        if verdict.kind is VerdictKind.RUN:
-            verdict = self._claim(hand)
+        lease = self.loop.lease(msg)
+        hand, verdict = self._decide(msg, lease, assume=True)
+        if verdict is None:  # the shard row was not as the work item says ingest wrote it: read it, decide again
+            hand, verdict = self._decide(msg, lease, assume=False)
         if verdict.kind is not VerdictKind.RUN:
             return self.settle.act(hand, verdict)
         with self.node.holding(msg.id, f"{hand.item.job_id}/{hand.item.shard_id}"):
             return self._attempt(hand)
 
-    def _claim(self, hand: Hand) -> Verdict:
-        """Mark the shard running on the rows in hand (no re-read unless one moved on); under a cap, read
-        the running shards again for the race for the last slot."""
+    def _decide(self, msg, lease, *, assume: bool) -> tuple[Hand, Verdict | None]:
+        """Gather the facts (``assume``: the shard row as the work item says ingest wrote it, where it can,
+        workers.delivery), decide, and claim a shard that is to run. None: the facts were assumed, and the
+        claim found the row changed, or the verdict was not to run (settled only on the row as read)."""
+        hand = gather(msg, lease, storage=self.storage, ledger=self.ledger, jobs=self.jobs, assume=assume,
+                      max_concurrency=self.settings.max_concurrency, log=self.log, agent_nodes=self.config.gang_nodes)
+        verdict = decide_delivery(**hand.facts(), config=self.attempts)
+        if verdict.kind is VerdictKind.RUN:
+            return hand, self._claim(hand)
+        return hand, None if hand.assumed else verdict
+
+    def _claim(self, hand: Hand) -> Verdict | None:
+        """Mark the shard running on the rows in hand (no re-read unless one moved on; on rows assumed from
+        the work item, one write If-Match the row's ETag and nothing else: None when it had moved on); under
+        a cap, read the running shards again for the race for the last slot."""
         item, attempt = hand.item, hand.msg.dequeue_count
         etag = self.ledger.shard_started(item.job_id, item.shard_id, node=self.node.id, pool=self.node.pool,
-                                         attempt=attempt, spot=self.node.spot, row=hand.shard, job=hand.job)
+                                         attempt=attempt, spot=self.node.spot, row=hand.shard, job=hand.job,
+                                         seen_only=hand.assumed)
+        if etag is None:  # cancelled, re-driven, claimed by a twin delivery since ingest wrote it: read it
+            hand.log.info("agent.row_moved_on", row_etag=hand.shard.etag)
+            return None
         if etag:
             hand.etag, hand.claimed = ("" if etag == "?" else etag), True
             if hand.job.status != JobState.RUNNING:  # the job has just been marked running: the copy is out of date

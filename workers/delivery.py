@@ -1,10 +1,12 @@
 """One delivery in hand, and the facts about it, gathered once before anything is decided.
 
-``gather`` decodes the message and reads, in this order and each at most once: the shard row, whether the
-shard's result exists (a duplicate needs nothing more; not asked on a first delivery of a shard no agent
-has started, which has none), the job row (through the agent's short-lived
-copies, ``workers.jobrows``), and, when the job has a concurrency cap, its running shards. Those facts go
-to ``upwell.verdict`` as they are; the attempt then adds what it learns (``Hand.started``, ``etag``...).
+``gather`` decodes the message and reads, in this order and each at most once: the shard row (not on a first
+delivery of a work item that carries the row's ETag from ingest: the row is then taken as ingest wrote it,
+``as_ingested``, and the claim's one conditional write proves it), whether the shard's result exists (a
+duplicate needs nothing more; not asked on a first delivery of a shard no agent has started, which has
+none), the job row (through the agent's short-lived copies, ``workers.jobrows``), and, when the job has a
+concurrency cap, its running shards. Those facts go to ``upwell.verdict`` as they are; the attempt then adds
+what it learns (``Hand.started``, ``etag``...).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Hand:
     claimed: bool = False
     staging_wait_s: float = 0.0
     agent_nodes: int = 1  # the allocation's node count this agent serves (workers.gang)
+    assumed: bool = False  # ``shard`` is the row as the work item says ingest wrote it (``as_ingested``), not read
 
     def facts(self) -> dict[str, Any]:
         """The keywords of upwell.verdict.decide_delivery."""
@@ -70,10 +73,21 @@ def fresh(msg, shard: ShardRow) -> bool:
     return msg.dequeue_count <= 1 and bool(shard.etag) and shard.status == ShardState.QUEUED and not shard.attempts
 
 
+def as_ingested(item: WorkItem) -> ShardRow:
+    """The shard row as ingest wrote it (upwell.ingest.accept ``_write_rows``), from the work item that carries
+    its ETag: queued, never attempted, nothing kept; what the agent reads of a row (its counts, ``queued_at``,
+    checkpoints, history) is known without reading it. Only a claim If-Match that ETag proves it current."""
+    return ShardRow(job_id=item.job_id, shard_id=item.shard_id, status=ShardState.QUEUED, pool=item.pool,
+                    input_blob=item.input_blob or "", queued_at=item.queued_at,
+                    result_blob=f"{names.RESULTS}/{item.result_blob}", etag=item.row_etag)
+
+
 def gather(msg, lease: Lease, *, storage: Storage, ledger: Ledger, jobs: JobRows, max_concurrency: int,
-           log: Any, agent_nodes: int = 1) -> Hand:
+           log: Any, agent_nodes: int = 1, assume: bool = False) -> Hand:
     """The facts about one delivery (see the module's docstring). ``agent_nodes``: the allocation's node
-    count (a gang agent's k; 1 for a one-node agent)."""
+    count (a gang agent's k; 1 for a one-node agent). ``assume``: on a first delivery of a work item that
+    carries its row's ETag, take the row as ingest wrote it (``as_ingested``) instead of reading it; the
+    claim's If-Match then proves it, and a row that moved on is read after all (``workers.agent``)."""
     try:
         item = decode(msg.content)
     except DecodeError as exc:
@@ -81,7 +95,8 @@ def gather(msg, lease: Lease, *, storage: Storage, ledger: Ledger, jobs: JobRows
     hand = Hand(msg, lease, item, log.bind(job_id=item.job_id, shard_id=item.shard_id),
                 ShardRow(job_id=item.job_id, shard_id=item.shard_id), JobRow(job_id=item.job_id),
                 now=datetime.now(UTC), agent_nodes=agent_nodes)
-    hand.shard = ledger.shard(item.job_id, item.shard_id) or hand.shard
+    hand.assumed = assume and bool(item.row_etag) and msg.dequeue_count <= 1
+    hand.shard = as_ingested(item) if hand.assumed else ledger.shard(item.job_id, item.shard_id) or hand.shard
     if not fresh(msg, hand.shard):
         hand.result_exists = storage.exists(f"{names.RESULTS}/{item.result_blob}")
         if hand.result_exists:

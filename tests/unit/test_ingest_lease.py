@@ -42,9 +42,11 @@ class FakeLedger:
     def shards(self, job_id: str) -> list[ShardRow]:
         return sorted(self.rows.values(), key=lambda r: r.shard_id)
 
-    def add_shards(self, job_id: str, rows: list[ShardRow]) -> None:
+    def add_shards(self, job_id: str, rows: list[ShardRow]) -> list[str]:
+        made = [r.shard_id not in self.rows for r in rows]
         for r in rows:
             self.rows.setdefault(r.shard_id, r)
+        return [f'W/"{r.shard_id}"' if new else "" for r, new in zip(rows, made, strict=True)]
 
 
 class Clock:

@@ -11,6 +11,7 @@ sent twice is harmless, since collect counts a shard once).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -24,7 +25,7 @@ from upwell.ingest import blocks, manifests
 from upwell.ingest.fanout import send_in_order
 from upwell.ingest.lease import IngestLease
 from upwell.ledger import JobRow, Ledger, ShardRow, ShardState
-from upwell.messages import WorkItem, encode
+from upwell.messages import WorkItem, compact_etag, encode, expand_etag
 from upwell.settings import Settings
 from upwell.storage import Storage
 from upwell.timeutil import now_iso
@@ -104,8 +105,9 @@ class JobAcceptor:
                 return total
             est_usd = self._priced(job, make.checked(shards), resources,
                                    history.result() if history is not None else None)
-            self._write_rows(job, shards, lease)
-            todo = ((i, make.text(shard)) for i, shard in _unsent(shards, started, lease))
+            queued_at, etags = self._write_rows(job, shards, lease)
+            todo = ((i, make.text(shard, etags[i] if i < len(etags) else "", queued_at))
+                    for i, shard in _unsent(shards, started, lease))
             sent = self._enqueue(names.work_queue(job["pool"]), todo, lease)
             lease.finish(accepted_at=now_iso(), **{k: job[k] for k in ESTIMATE})
         except Exception:
@@ -159,9 +161,11 @@ class JobAcceptor:
             return None
         return {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
 
-    def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> None:
+    def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> tuple[str, list[str]]:
         """One queued row per shard, ROWS_PER_BEAT at a time (rows that exist are left alone), renewing the
-        lease between them."""
+        lease between them. Returns the rows' ``queued_at`` and each shard's row ETag as written here, in
+        shard order and compact (upwell.messages ``compact_etag``: about 80 bytes a shard held until its
+        work item goes); "" for a row that existed (a re-drive), whose work item then carries none."""
         job_id, now = job["job_id"], now_iso()
         rows = (ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
@@ -169,9 +173,12 @@ class JobAcceptor:
                          result_blob=f"{names.RESULTS}/{job_id}/{sid}.json",
                          points=blocks.points_json(_points(shard)) if _points(shard) else "")
                 for shard in shards for sid, params, blob, digest, *_ in [shard])
+        etags: list[str] = []
         while chunk := list(itertools.islice(rows, ROWS_PER_BEAT)):
-            self.ledger.add_shards(job_id, chunk)  # one transaction at a time: Azurite reset concurrent ones
+            # one transaction at a time: Azurite reset concurrent ones
+            etags += [compact_etag(e) for e in self.ledger.add_shards(job_id, chunk)]
             lease.renew(0)
+        return now, etags
 
     def _enqueue(self, queue: str, todo: Iterable[tuple[int, str]], lease: IngestLease) -> int:
         """Send each ``(i, text)`` of ``todo``, renewing the lease as they go out in order; how many went."""
@@ -190,8 +197,10 @@ class _Items:
     def __init__(self, job: dict, spec, resources, limit: int, select: tuple[str, ...] = ()):
         self.job, self.spec, self.resources, self.limit, self.select = job, spec, resources, limit, list(select)
 
-    def text(self, shard: tuple) -> str:
-        """The encoded work item of ``shard``; InputRejected past the message limit."""
+    def text(self, shard: tuple, row_etag: str = "", queued_at: str = "") -> str:
+        """The encoded work item of ``shard``; InputRejected past the message limit. ``row_etag``, ``queued_at``:
+        its shard row as this ingest wrote it (compact ETag), carried where they fit under the limit: without
+        them the agent reads the row, as for any other delivery (workers.delivery)."""
         sid, params, blob, *_ = shard
         job_id, d, r = self.job["job_id"], self.spec.definition, self.resources
         item = WorkItem(job_id=job_id, shard_id=sid, payload=d.name, pool=self.job["pool"], params=params,
@@ -200,6 +209,12 @@ class _Items:
                         result_prefix=f"{names.RESULTS}/{job_id}/{sid}", ranks=r.ranks, gpus=r.gpus, nodes=r.nodes,
                         oversubscribe=r.oversubscribe, project=self.job["project"], input_select=self.select,
                         input_range=_range(shard), points=_points(shard) or [])
+        if row_etag:
+            try:
+                return encode(dataclasses.replace(item, row_etag=expand_etag(row_etag), queued_at=queued_at),
+                              self.limit)
+            except InputRejected:
+                pass  # no room for the row's ETag: the item goes without it
         try:
             return encode(item, self.limit)
         except InputRejected as exc:
