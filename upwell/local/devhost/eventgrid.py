@@ -21,11 +21,9 @@ and its dead-lettering apply to the failures (``upwell.local.devhost.publisher``
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 import json
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import parse_qsl, urlsplit
 
 import azure.functions as func
 import structlog
@@ -33,7 +31,7 @@ import structlog
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.clients import HostStorage
 from upwell.local.devhost.invoke import Outcome
-from upwell.local.devhost.webhook import system_key
+from upwell.local.devhost.webhook import admitted, system_key
 
 log = structlog.get_logger("upwell.local.devhost")
 PATH = "/runtime/webhooks/eventgrid"
@@ -75,11 +73,10 @@ class EventGridWebhook:
         return self._key
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[int, dict, bytes]:
-        params = dict(parse_qsl(urlsplit(target).query, keep_blank_values=True))
-        lower = {k.lower(): v for k, v in headers.items()}
-        code = params.get("code") or lower.get("x-functions-key", "")
-        if not hmac.compare_digest(code.encode(), self.key.encode()):
+        seen = admitted(target, headers, self.key)
+        if seen is None:
             return 401, {}, b""
+        params, lower = seen
         if method != "POST":
             return 405, {}, b""
         spec = self.specs.get(params.get("functionName", ""))

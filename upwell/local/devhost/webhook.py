@@ -65,6 +65,15 @@ def system_key(hosts: HostStorage, host_id: str, name: str = SYSTEM_KEY) -> str:
         k["value"] for k in new["systemKeys"] if k["name"] == name)
 
 
+def admitted(target: str, headers: dict[str, str], key: str) -> tuple[dict[str, str], dict[str, str]] | None:
+    """The query parameters and lower-cased headers of a webhook request whose ``code`` (or ``x-functions-key``)
+    is the system ``key``, as the host checks it before any extension sees the request; None otherwise (401)."""
+    params = dict(parse_qsl(urlsplit(target).query, keep_blank_values=True))
+    lower = {k.lower(): v for k, v in headers.items()}
+    code = params.get("code") or lower.get("x-functions-key", "")
+    return (params, lower) if hmac.compare_digest(code.encode(), key.encode()) else None
+
+
 def blob_trigger_message(event: dict, function_id: str) -> dict:
     """The extension's BlobTriggerMessage for one Event Grid BlobCreated event."""
     data = event["data"]
@@ -101,11 +110,10 @@ class BlobWebhook:
         return self._key
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[int, dict, bytes]:
-        params = dict(parse_qsl(urlsplit(target).query, keep_blank_values=True))
-        lower = {k.lower(): v for k, v in headers.items()}
-        code = params.get("code") or lower.get("x-functions-key", "")
-        if not hmac.compare_digest(code.encode(), self.key.encode()):
+        seen = admitted(target, headers, self.key)
+        if seen is None:
             return 401, {}, b""
+        params, lower = seen
         if method != "POST":
             return 405, {}, b""
         try:
