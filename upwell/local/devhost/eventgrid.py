@@ -31,7 +31,7 @@ import structlog
 from upwell.local.devhost.app import FunctionSpec
 from upwell.local.devhost.clients import HostStorage
 from upwell.local.devhost.invoke import Outcome
-from upwell.local.devhost.webhook import admitted, system_key
+from upwell.local.devhost.webhook import KeyedWebhook
 
 log = structlog.get_logger("upwell.local.devhost")
 PATH = "/runtime/webhooks/eventgrid"
@@ -54,31 +54,25 @@ def _time(text: object) -> dt.datetime | None:
         return None
 
 
-class EventGridWebhook:
+class EventGridWebhook(KeyedWebhook):
     """Answers Event Grid deliveries for this host's Event Grid-triggered functions by running them.
 
-    ``invoke(spec, event, trigger_data)`` runs one function (the host's invoker). State: the key, once read.
+    ``invoke(spec, event, trigger_data)`` runs one function (the host's invoker); the ``eventgrid_extension`` key.
     """
+
+    key_name = SYSTEM_KEY
 
     def __init__(self, hosts: HostStorage, host_id: str, specs: list[FunctionSpec],
                  invoke: Callable[[FunctionSpec, func.EventGridEvent, dict], Outcome]) -> None:
-        self.hosts, self.host_id, self.invoke = hosts, host_id, invoke
+        super().__init__(hosts, host_id)
+        self.invoke = invoke
         self.specs = {s.name: s for s in specs}
-        self._key: str | None = None
-
-    @property
-    def key(self) -> str:
-        if self._key is None:
-            self._key = system_key(self.hosts, self.host_id, SYSTEM_KEY)
-        return self._key
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[int, dict, bytes]:
-        seen = admitted(target, headers, self.key)
-        if seen is None:
-            return 401, {}, b""
+        seen = self.admit(method, target, headers)
+        if isinstance(seen, int):
+            return seen, {}, b""
         params, lower = seen
-        if method != "POST":
-            return 405, {}, b""
         spec = self.specs.get(params.get("functionName", ""))
         if spec is None:
             text = f"cannot find function: '{params.get('functionName', '')}'"

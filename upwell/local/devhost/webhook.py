@@ -65,13 +65,31 @@ def system_key(hosts: HostStorage, host_id: str, name: str = SYSTEM_KEY) -> str:
         k["value"] for k in new["systemKeys"] if k["name"] == name)
 
 
-def admitted(target: str, headers: dict[str, str], key: str) -> tuple[dict[str, str], dict[str, str]] | None:
-    """The query parameters and lower-cased headers of a webhook request whose ``code`` (or ``x-functions-key``)
-    is the system ``key``, as the host checks it before any extension sees the request; None otherwise (401)."""
-    params = dict(parse_qsl(urlsplit(target).query, keep_blank_values=True))
-    lower = {k.lower(): v for k, v in headers.items()}
-    code = params.get("code") or lower.get("x-functions-key", "")
-    return (params, lower) if hmac.compare_digest(code.encode(), key.encode()) else None
+class KeyedWebhook:
+    """A webhook the host guards with one of its system keys (``key_name``), as it guards every
+    ``/runtime/webhooks/<extension>`` path before the extension sees the request. State: the key, once read."""
+
+    key_name = SYSTEM_KEY
+
+    def __init__(self, hosts: HostStorage, host_id: str) -> None:
+        self.hosts, self.host_id = hosts, host_id
+        self._key: str | None = None
+
+    @property
+    def key(self) -> str:
+        if self._key is None:
+            self._key = system_key(self.hosts, self.host_id, self.key_name)
+        return self._key
+
+    def admit(self, method: str, target: str, headers: dict[str, str]) -> tuple[dict, dict] | int:
+        """The query parameters and lower-cased headers of a POST whose ``code`` (or ``x-functions-key``) is
+        the key; else the status the host answers: 401 for another key, 405 for another method."""
+        params = dict(parse_qsl(urlsplit(target).query, keep_blank_values=True))
+        lower = {k.lower(): v for k, v in headers.items()}
+        code = params.get("code") or lower.get("x-functions-key", "")
+        if not hmac.compare_digest(code.encode(), self.key.encode()):
+            return 401
+        return (params, lower) if method == "POST" else 405
 
 
 def blob_trigger_message(event: dict, function_id: str) -> dict:
@@ -93,29 +111,21 @@ def _ip_style(host: str) -> bool:
     return host == "localhost" or host.replace(".", "").isdigit() or ":" in host
 
 
-class BlobWebhook:
-    """Answers Event Grid deliveries for this host's blob triggers. State: the key, once read."""
+class BlobWebhook(KeyedWebhook):
+    """Answers Event Grid deliveries for this host's blob triggers (the ``blobs_extension`` key)."""
 
     def __init__(self, hosts: HostStorage, host_id: str, codec: MessageCodec,
                  on_enqueue: Callable[[], None] | None = None) -> None:
-        self.hosts, self.host_id, self.codec = hosts, host_id, codec
+        super().__init__(hosts, host_id)
+        self.codec = codec
         self.queue = blob_trigger_queue(host_id)
         self.on_enqueue = on_enqueue
-        self._key: str | None = None
-
-    @property
-    def key(self) -> str:
-        if self._key is None:
-            self._key = system_key(self.hosts, self.host_id)
-        return self._key
 
     def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[int, dict, bytes]:
-        seen = admitted(target, headers, self.key)
-        if seen is None:
-            return 401, {}, b""
+        seen = self.admit(method, target, headers)
+        if isinstance(seen, int):
+            return seen, {}, b""
         params, lower = seen
-        if method != "POST":
-            return 405, {}, b""
         try:
             events = json.loads(body or b"[]")
         except ValueError:
