@@ -30,12 +30,10 @@ def settings() -> Settings:
 
 @functools.cache
 def storage() -> Storage:
-    store = Storage(settings().connection)
-    try:
-        store.ensure()  # idempotent; on Azure the templates already created everything
-    except UpwellError as exc:  # a missing right to create is not fatal: the names exist there
-        log.warning("handlers.storage_ensure_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
-    return store
+    """The account's clients. Nothing is created here: on Azure the templates create every container, queue
+    and table (bicep/modules/storage.bicep), and locally the stack does before the host starts (upwell.local.stack);
+    creating them again would cost each instance's first call 19 requests."""
+    return Storage(settings().connection)
 
 
 @functools.cache

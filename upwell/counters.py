@@ -37,14 +37,39 @@ from upwell.rows import FAILED_KEPT, JobRow, JobState
 PREFIX = "job.c"  # counter rows: job.c00 .. job.c<SHARDS-1>
 END = "job/"  # the first RowKey after the job's own range [JOB_ROW, END)
 SHARDS = 16  # counter rows per job: 16 writers at once conflict 1/16 as often as on one row
-# The recheck window (M). A finisher's view of the counters is as old as its read: others' finishes since
-# are not in it. So a finisher whose own view (with its own finish) is within RECHECK_WINDOW of the total
-# reads the job's range again after its commit; the one that commits last then sees the total, unless more
-# than RECHECK_WINDOW finishes were in flight in its window, and then the reconciler's pass closes the job.
+# The recheck window (M), for a job whose counter rows have no targets (``targets``: one written before them,
+# or re-run). A finisher's view of the counters is as old as its read: others' finishes since are not in it.
+# So a finisher whose own view (with its own finish) is within RECHECK_WINDOW of the total reads the job's
+# range again after its commit; the one that commits last then sees the total, unless more than
+# RECHECK_WINDOW finishes were in flight in its window, and then the reconciler's pass closes the job.
 RECHECK_WINDOW = 64
 JOB_RANGE = "PartitionKey eq @pk and RowKey ge @job and RowKey lt @end"
 SHARD_ROWS = "PartitionKey eq @pk and ( RowKey lt @job or RowKey ge @end )"  # the SDK wants a space after @x
 FIGURES = ("shards_done", "shards_failed", "spent_usd", "failed_shards")  # what counter rows add to
+
+
+def tally(shard_ids: Iterable[str], counts: list[int] | None = None) -> list[int]:
+    """How many of ``shard_ids`` each counter row counts, in row order, added to ``counts`` (a running tally);
+    written comma-separated as the job row's ``counter_targets`` when ingest accepts the job."""
+    counts = counts or [0] * SHARDS
+    for sid in shard_ids:
+        counts[zlib.crc32(sid.encode()) % SHARDS] += 1
+    return counts
+
+
+def targets(job: JobRow) -> list[int] | None:
+    """Each counter row's count at the job's end, where this view can rely on it: the job row names them for
+    every one of its shards, and its own figures count none (a re-run folds counted shards into the job
+    row, and then a counter row's count no longer says which of its shards are left). None otherwise."""
+    try:
+        counts = [int(c) for c in job.counter_targets.split(",")] if job.counter_targets else []
+    except ValueError:
+        return None
+    base = job.base or {"shards_done": job.shards_done, "shards_failed": job.shards_failed}
+    if len(counts) != SHARDS or sum(counts) != job.shards_total or \
+            int(base.get("shards_done") or 0) + int(base.get("shards_failed") or 0):
+        return None
+    return counts
 
 
 def range_params(job_id: str) -> dict[str, str]:

@@ -19,12 +19,17 @@ The counter rows and their sums are ``upwell.counters``. Here is what the ledger
   requests the report).
 
 Why a finisher may not see the total: it counts on one counter row and its view of the others is as old
-as its read. So after its commit, a finisher whose view (its own finish included) is within
-``counters.RECHECK_WINDOW`` (M) of the total reads the range again and closes the job if it is complete.
-The last finisher to commit sees the total unless more than M finishes committed between its read and its
-commit; that job is closed by the reconciler's pass over open jobs (``upwell.ops.reconcile``), through the
-same ``close``, within one reconcile period. A finish on a job that has already ended counts on the job row
-itself, as before counter rows (an ended job keeps no counter rows).
+as its read. But its own row's count is exact after its commit (the write was conditional on the row as it
+held it), and ingest writes on the job row how many shards each counter row counts by the end
+(``counters.targets``). So only the finisher that completes its row reads the range again after its commit:
+the last row to complete is completed after every other, and its finisher's read sees every row complete and
+closes the job. That is at most ``counters.SHARDS`` reads a job, with any number of collecting processes.
+A job without targets (written before them, or re-run: the fold counts shards on the job row) falls back to
+a window: a finisher whose view (its own finish included) is within ``counters.RECHECK_WINDOW`` (M) of the
+total reads the range again; the last to commit sees the total unless more than M finishes committed
+between its read and its commit, and then the reconciler's pass over open jobs (``upwell.ops.reconcile``)
+closes it, through the same ``close``, within one reconcile period. A finish on a job that has already
+ended counts on the job row itself, as before counter rows (an ended job keeps no counter rows).
 
 Every SDK error leaves as an upwell error (``upwell.storage.storage_error``).
 """
@@ -163,14 +168,28 @@ class JobCounts:
         if target[1]["RowKey"] == names.JOB_ROW:
             return Completion(True, False, view.status.value)
         etag = str(((meta or [{}, {}])[1] or {}).get("etag") or "")
-        mine = counters.replaced(view, Counter.from_entity(_Written(target[1], etag)), target[1]["RowKey"])
-        if counters.ended(mine) < mine.shards_total - counters.RECHECK_WINDOW:
+        written = Counter.from_entity(_Written(target[1], etag))
+        mine = counters.replaced(view, written, written.key)
+        if not self._may_be_last(mine, written):
             return Completion(True, False, view.status.value, mine if etag else None)
         seen = mine if counters.complete(mine) and etag else self.read(mine.job_id)
         if seen is None or not counters.complete(seen):  # not every shard is counted yet: no close is owed
             return Completion(True, False, view.status.value, seen)
         closed = self.close(mine.job_id, seen)
         return Completion(True, closed is not None, closed or view.status.value)
+
+    @staticmethod
+    def _may_be_last(mine: JobRow, written: Counter) -> bool:
+        """Whether this finish may be the job's last, so that the range must be read again after it. Exact
+        where the job row names each counter row's target (``counters.targets``): the count just written is
+        its row's own (the write was conditional on the row as held), so only the finish that completes its
+        row may be the last, and the last row to complete is completed after every other, so its finisher's
+        read sees them all: at most ``counters.SHARDS`` reads a job, whatever the number of processes.
+        Otherwise, the recheck window (``counters.RECHECK_WINDOW``)."""
+        goal = counters.targets(mine)
+        if goal is not None:
+            return written.done + written.failed >= goal[int(written.key.removeprefix(counters.PREFIX))]
+        return counters.ended(mine) >= mine.shards_total - counters.RECHECK_WINDOW
 
     def close(self, job_id: str, seen: JobRow | None = None) -> str | None:
         """Write the job's terminal status if every shard is counted and it has not ended: the terminal

@@ -209,6 +209,7 @@ class JobRow(_Row):
     ingest_sent: int = 0  # and how many of the job's work items, in shard order, had gone out by then
     points_total: int = 0  # a job of blocks (upwell.ingest.blocks): its grid points; 0: a point per shard
     points_per_item: int = 0  # and the points one shard (work item) carries; 0 or 1: one
+    counter_targets: str = ""  # the shards each counter row counts by the job's end (upwell.counters.targets)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
     written: str = ""  # the server's last-write time
     etag: str = ""

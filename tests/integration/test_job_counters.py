@@ -29,9 +29,13 @@ def failed(i: int) -> bool:
     return i % 7 == 3
 
 
-def new_job(ledger: Ledger, total: int) -> str:
+def new_job(ledger: Ledger, total: int, targets: bool = False) -> str:
+    """A running job of ``total`` running shards; ``targets``: with each counter row's count at the end on
+    its job row, as ingest writes it (counters.targets), else without, as a job written before them."""
     job_id = f"counters-{uuid.uuid4().hex[:10]}"
-    ledger.create_job(JobRow(job_id=job_id, status=JobState.RUNNING, shards_total=total, pool="cpu"))
+    tally = ",".join(map(str, counters.tally(f"s{i:05d}" for i in range(total)))) if targets else ""
+    ledger.create_job(JobRow(job_id=job_id, status=JobState.RUNNING, shards_total=total, pool="cpu",
+                             counter_targets=tally))
     ledger.add_shards(job_id, [ShardRow(job_id=job_id, shard_id=f"s{i:05d}", status=ShardState.RUNNING)
                                for i in range(total)])
     return job_id
@@ -97,6 +101,7 @@ def report_requests(store, job_id: str) -> int:
 
 
 def test_a_job_no_finisher_saw_complete_is_ended_by_the_reconciler_once(store, monkeypatch):
+    # a job without counter targets (written before them): only the recheck window, here none, could close it
     monkeypatch.setattr(counters, "RECHECK_WINDOW", 0)
     store.queue(names.REPORT_QUEUE).clear_messages()
     ledger = Ledger(store)
@@ -198,3 +203,36 @@ def test_kept_views_of_two_processes_and_a_fold_between_count_every_shard_once(s
     print(f"\njob reads for 120 finishes: {baseline.queries} without kept views, {reads.queries} with "
           f"(and {reads.gets} point reads of a stale row)")
     assert reads.queries <= baseline.queries / 2, (reads.queries, baseline.queries)
+
+
+def test_with_counter_targets_the_finisher_of_the_last_row_ends_the_job_whatever_the_views(store, monkeypatch):
+    """Two collect processes that never read each other's finishes (each keeps the view its own last finish
+    left; no recheck window) still end the job, once, with no reconciler: the finish that completes its
+    counter row reads the job again, and the last row to complete sees every other complete. The job is read
+    at most once a counter row, plus each process's first read."""
+    from upwell.jobviews import JobViews
+
+    monkeypatch.setattr(counters, "RECHECK_WINDOW", 0)
+    store.queue(names.REPORT_QUEUE).clear_messages()
+    total = 120
+    ledger = Ledger(store)
+    job_id = new_job(ledger, total, targets=True)
+    ledger.table = ledger.counts.table = reads = Reads(ledger.table)
+    views = [JobViews(), JobViews()]
+    done = []
+    for i in range(total):
+        kept = views[i % 2]
+        status = ShardState.FAILED if failed(i) else ShardState.SUCCEEDED
+        got = ledger.finish_shard(job_id, f"s{i:05d}", status, {}, cost_usd=COST,
+                                  job=kept.get(job_id) or ledger.job(job_id))
+        kept.keep(job_id, got.view)
+        done.append(got)
+    assert [i for i, c in enumerate(done) if c.job_done] == [total - 1], \
+        "the last finish (it completed the last counter row to complete) ended the job"
+    assert not any(c.job_done for c in done[:-1]) and all(c.counted for c in done)
+    job = Ledger(store).job(job_id)
+    n_failed = sum(failed(i) for i in range(total))
+    assert (job.shards_done, job.shards_failed, job.status, job.counters) == \
+        (total - n_failed, n_failed, JobState.PARTIALLY_FAILED, ())
+    print(f"\njob reads for {total} finishes in two processes: {reads.queries}")
+    assert reads.queries <= counters.SHARDS + 2, reads.queries

@@ -91,3 +91,20 @@ def test_a_job_is_complete_once_every_shard_is_counted(done, failed, total, term
         assert counters.final_state(job) == want
     if not terminal:  # a cancelled job is not ended: its close is owed as well once every shard is counted
         assert counters.complete(replace(job, status=JobState.CANCELLED)) is (want is not None)
+
+
+def test_targets_count_each_rows_shards_and_hold_only_while_the_job_row_counts_none():
+    ids = [f"s{i:05d}" for i in range(40)]
+    tally = counters.tally(ids)
+    assert sum(tally) == 40 and tally == counters.tally(ids[20:], counters.tally(ids[:20])), "a running tally"
+    assert all(tally[int(counters.key(s)[-2:])] for s in ids)
+    text = ",".join(map(str, tally))
+    fresh = counters.summed([Entity('W/"j"', PartitionKey="J", RowKey="job", status="running", shards_total=40,
+                                    shards_done=0, shards_failed=0, spent_usd=0.0, counter_targets=text),
+                             Entity('W/"c"', PartitionKey="J", RowKey="job.c03", done=2, failed=1)])
+    assert counters.targets(fresh) == tally, "counter rows' own counts do not matter"
+    assert counters.targets(replace(fresh, counter_targets="")) is None, "written before targets"
+    assert counters.targets(replace(fresh, shards_total=41)) is None, "targets of other shards"
+    assert counters.targets(replace(fresh, counter_targets="1,2,x")) is None
+    folded = replace(fresh, base={**fresh.base, "shards_done": 5})
+    assert counters.targets(folded) is None, "a re-run folded counted shards into the job row"

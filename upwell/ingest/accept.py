@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from concurrent.futures import Future
 from typing import Any
 
-from upwell import names
+from upwell import counters, names
 from upwell.access.tags import job_project
 from upwell.errors import InputRejected
 from upwell.ingest import blocks, manifests
@@ -105,11 +105,11 @@ class JobAcceptor:
                 return total
             est_usd = self._priced(job, make.checked(shards), resources,
                                    history.result() if history is not None else None)
-            queued_at, etags = self._write_rows(job, shards, lease)
+            queued_at, etags, targets = self._write_rows(job, shards, lease)
             todo = ((i, make.text(shard, etags[i] if i < len(etags) else "", queued_at))
                     for i, shard in _unsent(shards, started, lease))
             sent = self._enqueue(names.work_queue(job["pool"]), todo, lease)
-            lease.finish(accepted_at=now_iso(), **{k: job[k] for k in ESTIMATE})
+            lease.finish(accepted_at=now_iso(), counter_targets=targets, **{k: job[k] for k in ESTIMATE})
         except Exception:
             lease.release()
             raise
@@ -161,12 +161,14 @@ class JobAcceptor:
             return None
         return {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
 
-    def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> tuple[str, list[str]]:
+    def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> tuple[str, list[str], str]:
         """One queued row per shard, ROWS_PER_BEAT at a time (rows that exist are left alone), renewing the
-        lease between them. Returns the rows' ``queued_at`` and each shard's row ETag as written here, in
+        lease between them. Returns the rows' ``queued_at``, each shard's row ETag as written here, in
         shard order and compact (upwell.messages ``compact_etag``: about 80 bytes a shard held until its
-        work item goes); "" for a row that existed (a re-drive), whose work item then carries none."""
+        work item goes; "" for a row that existed (a re-drive), whose work item then carries none), and the
+        job's counter targets (``counters.tally`` of every shard id, existing rows' included)."""
         job_id, now = job["job_id"], now_iso()
+        counts: list[int] = []
         rows = (ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
                          input_range=json.dumps(_range(shard), sort_keys=True) if _range(shard) else "",
@@ -177,8 +179,9 @@ class JobAcceptor:
         while chunk := list(itertools.islice(rows, ROWS_PER_BEAT)):
             # one transaction at a time: Azurite reset concurrent ones
             etags += [compact_etag(e) for e in self.ledger.add_shards(job_id, chunk)]
+            counts = counters.tally((row.shard_id for row in chunk), counts)
             lease.renew(0)
-        return now, etags
+        return now, etags, ",".join(map(str, counts))
 
     def _enqueue(self, queue: str, todo: Iterable[tuple[int, str]], lease: IngestLease) -> int:
         """Send each ``(i, text)`` of ``todo``, renewing the lease as they go out in order; how many went."""
