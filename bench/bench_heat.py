@@ -4,14 +4,18 @@
    built) moves at least 16 bytes per cell per step (read u, write u'). Its achieved GB/s on that count is
    divided by the GB/s of ``np.copyto`` from ``u`` to ``v``, the same two arrays (16 B/cell). Copy and kernel
    alternate in ``--pairs`` pairs (``bench/pairs.py``), each sample at least ``--sample-s`` seconds of steps
-   after an untimed one (warm caches), timed on the thread's CPU clock (both are single-threaded); the ratio
-   is the median of the per-pair ratios. The numpy strips and a plain whole-array numpy expression of the
-   same update are shown for scale.
+   after an untimed one (warm caches), timed on the thread's CPU clock (both are single-threaded). The ratio
+   is that of each side's 90th-percentile sample (``pairs.high_ratio``): this VM's memory bandwidth moves
+   with its host's other tenants (the copy's samples range from 25 to 53 GB/s on a quiet machine, within
+   seconds), the copy feels all of it and the kernel part, so the median of the per-pair ratios moved by
+   15% between two runs while the high samples' ratio held within 3% (bench/README.md). The median pair
+   ratio is kept beside it. The numpy strips and a plain whole-array numpy expression of the same update are
+   shown for scale.
 2. Ranks: cells/s of the heat-mpi payload on 2 ranks over 1 rank, same grid, both through
    ``workers.launch.run_payload`` (the metric excludes start-up and checkpoints), in ``--mpi-pairs``
    interleaved pairs, the median of the per-pair ratios.
 
-    .venv/bin/python bench/bench_heat.py [--n 2048] [--pairs 5] [--sample-s 2] [--mpi-nx 1024] [--mpi-steps 300]
+    .venv/bin/python bench/bench_heat.py [--n 2048] [--pairs 41] [--sample-s 0.2] [--mpi-nx 1024] [--mpi-steps 300]
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.pairs import calibrate, interleave, pair_ratios
+from bench.pairs import calibrate, high_ratio, interleave, pair_ratios, quantile
 from upwell.messages import WorkItem
 from workers.launch import run_payload
 from workers.payloads.heat import kernel_name, make_scratch, stencil, stencil_numpy
@@ -81,9 +85,10 @@ def bandwidth(n: int, pairs: int, target_s: float, steps: int) -> dict:
     whole = cell_bytes * steps / timed(lambda: naive(u, v, 0.2, 0.2), steps) / 1e9
     copy_m = statistics.median(copy)
     return {"n": n, "pairs": pairs, "sample_s": target_s, "kernel": kernel_name(), "copy_GBps": copy_m,
-            "stencil_GBps": statistics.median(sten), "stencil_over_copy": statistics.median(per),
-            "pair_ratios": per, "wall_clock_ratio": statistics.median(wall), "copy_samples_GBps": copy,
-            "stencil_samples_GBps": sten,
+            "stencil_GBps": statistics.median(sten), "stencil_over_copy": high_ratio(sten, copy),
+            "median_pair_ratio": statistics.median(per), "pair_ratios": per,
+            "copy_high_GBps": quantile(copy, 0.9), "stencil_high_GBps": quantile(sten, 0.9),
+            "wall_clock_ratio": statistics.median(wall), "copy_samples_GBps": copy, "stencil_samples_GBps": sten,
             "steps_per_sample": {"copy": samples_copy[0][1], "stencil": samples_stencil[0][1]},
             "numpy_strips_GBps": strips, "strips_over_copy": strips / copy_m, "naive_GBps": whole,
             "naive_over_copy": whole / copy_m}
@@ -127,8 +132,9 @@ def _same_field(a, b) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2048, help="grid side for the bandwidth test")
-    parser.add_argument("--pairs", type=int, default=5, help="copy/kernel pairs; the median pair ratio is kept")
-    parser.add_argument("--sample-s", type=float, default=2.0, help="seconds of work in each sample (at least)")
+    parser.add_argument("--pairs", type=int, default=41,
+                        help="copy/kernel pairs; the ratio of each side's 90th-percentile sample is kept")
+    parser.add_argument("--sample-s", type=float, default=0.2, help="seconds of work in each sample (at least)")
     parser.add_argument("--steps", type=int, default=10, help="steps of the numpy variants shown for scale")
     parser.add_argument("--mpi-nx", type=int, default=1024)
     parser.add_argument("--mpi-steps", type=int, default=300)
@@ -142,7 +148,8 @@ def main() -> None:
           f"stencil ({bw['kernel']}) {bw['stencil_GBps']:.2f} GB/s, numpy strips {bw['numpy_strips_GBps']:.2f} GB/s, "
           f"whole-array numpy {bw['naive_GBps']:.2f} GB/s")
     pairs = " ".join(f"{x:.3f}" for x in bw["pair_ratios"])
-    print(f"ratio      stencil / numpy copy = {bw['stencil_over_copy']:.3f} on CPU time, median of pairs {pairs}; "
+    print(f"ratio      stencil / numpy copy = {bw['stencil_over_copy']:.3f} on CPU time (90th percentiles), "
+          f"median of pairs {bw['median_pair_ratio']:.3f} ({pairs}); "
           f"on wall-clock time {bw['wall_clock_ratio']:.3f}   "
           f"(whole-array numpy / copy = {bw['naive_over_copy']:.3f})")
     rk = ranks(args.mpi_nx, args.mpi_steps, args.mpi_pairs)

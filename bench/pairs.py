@@ -58,6 +58,20 @@ def median_ratio(subject: Sequence[float], baseline: Sequence[float]) -> float:
     return statistics.median(pair_ratios(subject, baseline))
 
 
+def high_ratio(subject: Sequence[float], baseline: Sequence[float], q: float = 0.9) -> float:
+    """The ratio of each side's ``q`` quantile (nearest rank) of rates, higher being better: what each reaches
+    when nothing else holds the resource. For a rate that something outside the run moves on both sides
+    unequally (the memory bandwidth of a VM whose host is shared: a copy feels all of it, a kernel part),
+    the per-pair ratios move with it, while each side's high samples hold still (``bench_heat.py``)."""
+    return quantile(subject, q) / quantile(baseline, q)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by nearest rank (one of the values)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 def spread(values: Sequence[float]) -> float | None:
     """(max − min) ÷ median of repeated figures; None with fewer than two, or a median of 0."""
     if len(values) < 2:

@@ -23,8 +23,10 @@ def _row(measure: str, figure: str, baseline: str, ratio: float | None, goal: tu
 def _pipeline(f: dict) -> list[dict]:
     p, i = f["pipeline"], f["ingest"]
     calls = f" ({p['storage_calls_per_item']:.1f} storage calls/item)" if "storage_calls_per_item" in p else ""
+    # No goal: a ratio to bare round trips was chased with a job-row cache that delayed a cancel (issue 24);
+    # the exact count, storage requests per shard end to end (the scale bench's row), carries the goal now.
     return [_row("pipeline items/s ÷ bare Azurite send+receive+delete", f"{p['items_per_s']:.2f}/s{calls}",
-                 f"{p['bare_msg_per_s']:.1f}/s", p["ratio"], (">=", 0.5)),
+                 f"{p['bare_msg_per_s']:.1f}/s", p["ratio"], None),
             _row(f"ingest MB/s ÷ plain blob read ({i['mb']} MB CSV)", f"{i['mb_per_s']:.1f} MB/s",
                  f"{i['plain_mb_per_s']:.1f} MB/s", i["ratio"], (">=", 0.5))]
 
@@ -32,9 +34,11 @@ def _pipeline(f: dict) -> list[dict]:
 def _heat(f: dict) -> list[dict]:
     bw, rk = f["bandwidth"], f["ranks"]
     kernel = f", {bw['kernel']} kernel" if "kernel" in bw else ""
-    how = f", CPU time, {bw['pairs']} pairs" if "pairs" in bw else ""
-    return [_row(f"heat stencil GB/s ÷ numpy copy ({bw['n']}²{kernel}{how})", f"{bw['stencil_GBps']:.2f} GB/s",
-                 f"{bw['copy_GBps']:.2f} GB/s", bw["stencil_over_copy"], (">=", 0.5)),
+    high = "copy_high_GBps" in bw  # the 90th-percentile samples of each side (bench_heat.py), else medians
+    how = f", CPU time, {'90th percentiles of ' if high else ''}{bw['pairs']} pairs" if "pairs" in bw else ""
+    sten, copy = (bw["stencil_high_GBps"], bw["copy_high_GBps"]) if high else (bw["stencil_GBps"], bw["copy_GBps"])
+    return [_row(f"heat stencil GB/s ÷ numpy copy ({bw['n']}²{kernel}{how})", f"{sten:.2f} GB/s",
+                 f"{copy:.2f} GB/s", bw["stencil_over_copy"], (">=", 0.5)),
             _row(f"heat-mpi 2 ranks ÷ 1 rank ({rk['nx']}², identical: {rk['fields_identical']})",
                  f"{rk['cells_per_second_2']:.3g} cells/s", f"{rk['cells_per_second_1']:.3g} cells/s",
                  rk["speedup_2_over_1"], None)]

@@ -99,3 +99,13 @@ def test_latency_keeps_seconds_out_of_the_ratio_column():
     assert [r["ratio"] for r in out] == [None, None]
     assert [r["value"] for r in out] == [0.6, 0.9]
     assert out[0]["figure"] == "0.60 s" and out[0]["met"] is True
+
+
+def test_the_high_ratio_holds_while_something_outside_moves_one_side_more():
+    # a copy that loses up to half its rate to the host's other tenants, a kernel that loses a fifth as much
+    loss = [0.0, 0.5, 0.1, 0.3, 0.0, 0.4, 0.2, 0.0, 0.45, 0.05]
+    copy = [50 * (1 - x) for x in loss]
+    kernel = [20 * (1 - x / 5) for x in loss]
+    assert pairs.high_ratio(kernel, copy) == pytest.approx(0.4)
+    assert pairs.median_ratio(kernel, copy) > 0.45, "the pairs' median moves with the loss"
+    assert pairs.quantile([3.0, 1.0, 2.0], 0.9) == 3.0 and pairs.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
