@@ -5,8 +5,8 @@
    divided by the GB/s of ``np.copyto`` from ``u`` to ``v``, the same two arrays (16 B/cell). Copy and kernel
    alternate in ``--pairs`` pairs (``bench/pairs.py``), each sample at least ``--sample-s`` seconds of steps
    after an untimed one (warm caches), timed on the thread's CPU clock (both are single-threaded). The ratio
-   is that of each side's 90th-percentile sample (``pairs.high_ratio``): this VM's memory bandwidth moves
-   with its host's other tenants (the copy's samples range from 25 to 53 GB/s on a quiet machine, within
+   is that of each side's 90th-percentile sample (``pairs.high_ratio``): this VM's cache and memory bandwidth
+   move with its host's other tenants (the copy's samples range from 25 to 53 GB/s on a quiet machine, within
    seconds), the copy feels all of it and the kernel part, so the median of the per-pair ratios moved by
    15% between two runs while the high samples' ratio held within 3% (bench/README.md). The median pair
    ratio is kept beside it. The numpy strips and a plain whole-array numpy expression of the same update are
