@@ -278,6 +278,7 @@ class ShardRow(_Row):
     cost_usd: float | None = None  # what its attempts cost, set when it ends
     cpu_s: float = 0.0  # the last attempt's CPU seconds (user + system, the payload and its children)
     max_rss_mb: float = 0.0  # the last attempt's peak resident set, its largest process (MiB)
+    log_bytes: int | None = None  # what the last collected attempt's payload printed (0: nothing, so no log)
     error: str = ""
     stderr_tail: str = ""
     history: str = "[]"  # JSON list of earlier attempts: node, started, finished, status

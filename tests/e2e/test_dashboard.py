@@ -313,10 +313,14 @@ def _job_view_usage_and_logs(browser, artifacts: Path, store: Storage, job_id: s
     assert _js(browser, "return document.querySelectorAll('#cpu-chart rect').length") == 3
     assert _js(browser, "return [...document.querySelectorAll('#cpu-chart text.unit')].map(t => t.textContent);") \
         == ["CPU seconds", "shard"]
-    links = _js(browser, "return [...document.querySelectorAll('#shards a.log')].map(a => a.href);")
-    assert len(links) == 3 and all(f"/api/jobs/{job_id}/shards/" in link for link in links), links
-    status, text = _fetch(browser, links[0])
-    # logistic prints nothing, so its attempt kept no payload.log: the link serves an empty log, not a 404
+    # logistic prints nothing, so its attempts kept no payload.log: each row says so instead of a link to an
+    # empty page, and the log's address still serves an empty log, not a 404
+    assert _js(browser, "return document.querySelectorAll('#shards a.log').length") == 0
+    assert _js(browser, "return [...document.querySelectorAll('#shards .silent')].map(e => e.textContent);") \
+        == ["no output"] * 3
+    assert all(r.log_bytes == 0 for r in rows.values()), [r.log_bytes for r in rows.values()]
+    api = _js(browser, "return location.origin + location.pathname.replace(/\\/+$/, '').replace(/\\/dashboard$/, '');")
+    status, text = _fetch(browser, f"{api}/jobs/{job_id}/shards/{next(iter(rows))}/log")
     assert status == 200 and text == "", (status, text[:200])
     browser.save_screenshot(str(artifacts / "2-job.png"))
 

@@ -207,7 +207,7 @@ def job_detail(api: JobAPI, job_id: str, after: str = "") -> dict[str, Any] | No
                        "preemptions": s.preemptions, "failures": s.failures, "node_seconds": s.paid_seconds,
                        "cost_usd": s.cost_usd, "cpu_s": s.cpu_s or None, "max_rss_mb": s.max_rss_mb or None,
                        "log": f"jobs/{job_id}/shards/{points.block_of(s.shard_id)}/log" if s.attempts or s.terminal
-                       else None, "error": s.error[:300]}
+                       else None, "silent": s.terminal and s.log_bytes == 0, "error": s.error[:300]}
                       for s in shards]
     return line
 

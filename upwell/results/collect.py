@@ -126,6 +126,8 @@ def collect(storage: Storage, name: str, ledger: Ledger | None = None,
         fields["poisoned"] = True
     if (failed_points := points.failed_points(doc)) is not None:  # a block's (upwell.results.points)
         fields["points_failed"] = failed_points
+    if isinstance(doc.get("log_bytes"), int):  # 0: the payload printed nothing and kept no log
+        fields["log_bytes"] = doc["log_bytes"]
     if (doc.get("node") or {}).get("id"):
         fields["node"] = doc["node"]["id"]
     fields["cost_usd"] = shard_cost(doc, job)

@@ -142,7 +142,8 @@
       <td class="mono">${esc(s.node)}</td><td class="n">${s.attempts}</td><td class="n">${s.preemptions}</td>
       <td class="n">${s.node_seconds.toFixed(1)}</td><td class="n cpu">${num(s.cpu_s, 2)}</td><td class="n rss">${num(s.max_rss_mb, 1)}</td>
       <td class="n">${usd(s.cost_usd)}</td>
-      <td>${s.log ? `<a class="log" href="${esc(apiRoot(s.log))}" target="_blank" rel="noopener">log</a>` : ""}</td><td>${esc(s.error)}</td></tr>`);
+      <td>${s.silent ? `<span class="silent" title="the payload printed nothing">no output</span>`
+        : s.log ? `<a class="log" href="${esc(apiRoot(s.log))}" target="_blank" rel="noopener">log</a>` : ""}</td><td>${esc(s.error)}</td></tr>`);
   }
 
   function drawCaller(c) {
