@@ -11,7 +11,8 @@ The counter rows and their sums are ``upwell.counters``. Here is what the ledger
   service names the failing operation (the response's message starts ``<index>:``, which the SDK exposes as
   ``TableTransactionError.index``: learn.microsoft.com/rest/api/storageservices/
   performing-entity-group-transactions, azure-data-tables ``_error.TableTransactionError``), and only
-  that row is read again.
+  that row is read again; for a job with counter targets (below), a stale counter row reads the whole range
+  again instead (one request all the same), so that the job row the targets are judged by is fresh too.
 * ``close``: the job's terminal status is written ONCE: by whoever sees every shard counted while the job
   has not ended, in one transaction conditional on the job row and every counter row it read, which also
   folds the counters into the job row and deletes them. A second closer's transaction fails its condition;
@@ -24,6 +25,8 @@ held it), and ingest writes on the job row how many shards each counter row coun
 (``counters.targets``). So only the finisher that completes its row reads the range again after its commit:
 the last row to complete is completed after every other, and its finisher's read sees every row complete and
 closes the job. That is at most ``counters.SHARDS`` reads a job, with any number of collecting processes.
+A finish that inserted its counter row (one its view did not hold) also reads again within the window below:
+the row may be new since a fold that the view, read before it, does not know of.
 A job without targets (written before them, or re-run: the fold counts shards on the job row) falls back to
 a window: a finisher whose view (its own finish included) is within ``counters.RECHECK_WINDOW`` (M) of the
 total reads the range again; the last to commit sees the total unless more than M finishes committed
@@ -152,7 +155,9 @@ class JobCounts:
         if getattr(exc, "index", 1) == 0:
             return view, None
         row_key = target[1]["RowKey"]
-        if row_key == names.JOB_ROW:
+        if row_key == names.JOB_ROW or counters.targets(view) is not None:
+            # a view whose targets decide who reads again must hold the job row as it is now (a fold since
+            # would have moved counts onto it): the whole range again, one request like the row alone
             return None, row
         try:
             now: Counter | None = Counter.from_entity(self.table.get_entity(view.job_id, row_key))
@@ -170,7 +175,7 @@ class JobCounts:
         etag = str(((meta or [{}, {}])[1] or {}).get("etag") or "")
         written = Counter.from_entity(_Written(target[1], etag))
         mine = counters.replaced(view, written, written.key)
-        if not self._may_be_last(mine, written):
+        if not self._may_be_last(mine, written, created=target[0] == "create"):
             return Completion(True, False, view.status.value, mine if etag else None)
         seen = mine if counters.complete(mine) and etag else self.read(mine.job_id)
         if seen is None or not counters.complete(seen):  # not every shard is counted yet: no close is owed
@@ -179,17 +184,21 @@ class JobCounts:
         return Completion(True, closed is not None, closed or view.status.value)
 
     @staticmethod
-    def _may_be_last(mine: JobRow, written: Counter) -> bool:
+    def _may_be_last(mine: JobRow, written: Counter, created: bool) -> bool:
         """Whether this finish may be the job's last, so that the range must be read again after it. Exact
         where the job row names each counter row's target (``counters.targets``): the count just written is
         its row's own (the write was conditional on the row as held), so only the finish that completes its
         row may be the last, and the last row to complete is completed after every other, so its finisher's
         read sees them all: at most ``counters.SHARDS`` reads a job, whatever the number of processes.
-        Otherwise, the recheck window (``counters.RECHECK_WINDOW``)."""
+        Without targets, the recheck window (``counters.RECHECK_WINDOW``). A ``created`` row (one the view did
+        not hold: never written, or deleted by a fold that a view read before it misses, its job row then
+        stale) also reads again within the window."""
+        near = counters.ended(mine) >= mine.shards_total - counters.RECHECK_WINDOW
         goal = counters.targets(mine)
-        if goal is not None:
-            return written.done + written.failed >= goal[int(written.key.removeprefix(counters.PREFIX))]
-        return counters.ended(mine) >= mine.shards_total - counters.RECHECK_WINDOW
+        if goal is None:
+            return near
+        row_done = written.done + written.failed >= goal[int(written.key.removeprefix(counters.PREFIX))]
+        return row_done or (created and near)
 
     def close(self, job_id: str, seen: JobRow | None = None) -> str | None:
         """Write the job's terminal status if every shard is counted and it has not ended: the terminal
