@@ -53,7 +53,7 @@ def tally(shard_ids: Iterable[str], counts: list[int] | None = None) -> list[int
     written comma-separated as the job row's ``counter_targets`` when ingest accepts the job."""
     counts = counts or [0] * SHARDS
     for sid in shard_ids:
-        counts[zlib.crc32(sid.encode()) % SHARDS] += 1
+        counts[index(sid)] += 1
     return counts
 
 
@@ -77,9 +77,15 @@ def range_params(job_id: str) -> dict[str, str]:
     return {"pk": job_id, "job": names.JOB_ROW, "end": END}
 
 
+def index(shard_id: str, shards: int | None = None) -> int:
+    """The number of the counter row a shard counts on: a stable hash of its id over ``shards`` (default
+    ``SHARDS``) rows."""
+    return zlib.crc32(shard_id.encode()) % (shards or SHARDS)
+
+
 def key(shard_id: str, shards: int | None = None) -> str:
-    """The counter row a shard counts on: a stable hash of its id over ``shards`` (default ``SHARDS``) rows."""
-    return f"{PREFIX}{zlib.crc32(shard_id.encode()) % (shards or SHARDS):02d}"
+    """The counter row a shard counts on (its RowKey; ``index``)."""
+    return f"{PREFIX}{index(shard_id, shards):02d}"
 
 
 def in_job_range(row_key: str) -> bool:

@@ -168,7 +168,7 @@ class JobAcceptor:
         work item goes; "" for a row that existed (a re-drive), whose work item then carries none), and the
         job's counter targets (``counters.tally`` of every shard id, existing rows' included)."""
         job_id, now = job["job_id"], now_iso()
-        counts: list[int] = []
+        counts = [0] * counters.SHARDS
         rows = (ShardRow(job_id=job_id, shard_id=sid, status=ShardState.QUEUED, queued_at=now, pool=job["pool"],
                          params=json.dumps(params, sort_keys=True), input_blob=blob or "", input_sha256=digest,
                          input_range=json.dumps(_range(shard), sort_keys=True) if _range(shard) else "",
