@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from upwell.errors import InputRejected
+from upwell.ingest.lineindex import ArrayIndex, CountedIndex
 
 # Subsets of what float() and int() accept; anything else is asked of Python itself.
 _PATTERNS = {"float": r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:inf|infinity|nan))$",
@@ -44,14 +45,14 @@ class Layout:
 
 @dataclass(frozen=True)
 class Lines:
-    """A checked block: ``data`` holds its non-blank lines; ``ends`` their end offsets; ``rows`` their row numbers;
-    ``line_ends`` where every line of the block as given ends (blank ones included), past its LF."""
+    """A checked block: ``data`` holds its non-blank lines; ``index`` where they end in ``data`` and their row
+    numbers (``lineindex``); ``line_ends`` where every line of the block as given ends (blank ones included),
+    past its LF: None for a plain block, whose lines are all kept as they are (its index says where they end)."""
 
     data: bytes
-    ends: np.ndarray
-    rows: np.ndarray
+    index: ArrayIndex | CountedIndex
     count: int  # lines in the block, blank ones included (rows advance by this much)
-    line_ends: np.ndarray
+    line_ends: np.ndarray | None
 
 
 def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> Lines:
@@ -59,9 +60,14 @@ def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> 
 
     Arrow's typed parse of the block runs in a thread (it leaves the GIL) while numpy finds the line ends
     here, so the two overlap; a block with a line too long for Arrow's default block size is parsed again
-    with a block size that fits it."""
+    with a block size that fits it. A block the typed parse takes whole, with no blank line and no line near
+    the limits, is plain: its lines are counted, not listed (``_plain``)."""
     typed = _checker().submit(_typed_ok, block, layout, 0) if _typed_candidate(block, layout) else None
     arr = np.frombuffer(block, dtype=np.uint8)
+    if typed is not None:
+        plain = _plain(block, arr, first_row, typed, min(max_line, FIELD_LIMIT))
+        if plain is not None:
+            return plain
     nl = np.flatnonzero(arr == 10)
     starts = np.empty_like(nl)
     starts[:1] = 0
@@ -98,7 +104,24 @@ def check_block(block: bytes, first_row: int, layout: Layout, max_line: int) -> 
         rows = first_row + np.flatnonzero(nonblank)
     else:
         data, ends, rows = block, line_ends, first_row + np.arange(len(nl))
-    return Lines(data, ends, rows, len(nl), line_ends)
+    return Lines(data, ArrayIndex(ends, rows), len(nl), line_ends)
+
+
+def _plain(block: bytes, arr: np.ndarray, first_row: int, typed: Future, limit: int) -> Lines | None:
+    """``block`` as a plain block (see ``lineindex.CountedIndex``), or None where it may not be one.
+
+    Plain: the typed parse took it and read as many rows as the block has LFs (Arrow skips empty lines, so
+    fewer rows means a blank line), and no line reaches ``limit`` bytes, the line and field limits' smaller
+    (``_line_limits`` then has nothing to look at). A line of ``limit`` bytes or more covers a whole aligned
+    window of ``limit // 2`` bytes, so a block where every such window holds an LF has none; finding the first
+    LF of each window reads a few bytes of it. Below 4 KiB windows the search costs more than it saves."""
+    step = limit // 2
+    if step < 4096 or any(block.find(b"\n", a, a + step) < 0 for a in range(0, len(block) - step + 1, step)):
+        return None
+    index = CountedIndex(arr == 10, first_row)
+    if typed.result() != index.n:
+        return None
+    return Lines(block, index, index.n, None)
 
 
 _CHECKER: ThreadPoolExecutor | None = None
@@ -119,9 +142,9 @@ def _typed_result(typed: Future | None, block: bytes, layout: Layout, longest: i
     room for the longest line."""
     if typed is None:
         return False
-    if typed.result():
+    if typed.result() >= 0:
         return True
-    return 2 * longest + 2 > _ARROW_BLOCK and _typed_ok(block, layout, longest)
+    return 2 * longest + 2 > _ARROW_BLOCK and _typed_ok(block, layout, longest) >= 0
 
 
 def _arrow_invalid():
@@ -174,30 +197,30 @@ def _typed_candidate(block: bytes, layout: Layout) -> bool:
     return not (("float" in kinds and b"(" in block) or ("int" in kinds and (b"x" in block or b"X" in block)))
 
 
-def _typed_ok(block: bytes, layout: Layout, longest: int) -> bool:
-    """Whether Arrow reads ``block`` with the typed columns parsed straight to float64/int64: True means every row
-    has the header's width and every typed value parses, so the block is good as it stands. False (some row or
-    value is refused, or the block needs the exact path) leaves the answer, and the named error, to the
-    string-and-cast path below. Arrow's parser takes "nan(...)" as a float and "0x1F" as an int, which Python
-    refuses: a block holding "(" (float checks) or "x" (int checks) never takes this path; missing-value
-    tokens (strings in a numeric column) neither."""
+def _typed_ok(block: bytes, layout: Layout, longest: int) -> int:
+    """The rows Arrow reads in ``block`` (blank lines skipped) with the typed columns parsed straight to
+    float64/int64: a count means every row has the header's width and every typed value parses, so the block is
+    good as it stands. -1 (some row or value is refused, or the block needs the exact path) leaves the answer,
+    and the named error, to the string-and-cast path below. Arrow's parser takes "nan(...)" as a float and
+    "0x1F" as an int, which Python refuses: a block holding "(" (float checks) or "x" (int checks) never takes
+    this path; missing-value tokens (strings in a numeric column) neither."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     if not _typed_candidate(block, layout):
-        return False
+        return -1
     names = [f"c{i}" for i in range(layout.width)]
     types = {f"c{i}": pa.float64() if kind == "float" else pa.int64() for i, _, kind in layout.checks}
     try:
-        pacsv.read_csv(
+        table = pacsv.read_csv(
             io.BytesIO(block),
             read_options=pacsv.ReadOptions(column_names=names, block_size=max(_ARROW_BLOCK, 2 * longest + 2)),
             parse_options=_parse_options(layout),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types), null_values=[],
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
-    return True
+        return -1
+    return table.num_rows
 
 
 def _parse_options(layout: Layout):
@@ -306,4 +329,5 @@ def _rewrite(block: bytes, nl: np.ndarray, blank: np.ndarray, first_row: int, la
         size += len(line)
         ends.append(size)
         rows.append(first_row + k)
-    return Lines(b"".join(out), np.array(ends, dtype=np.int64), np.array(rows, dtype=np.int64), len(nl), line_ends)
+    return Lines(b"".join(out), ArrayIndex(np.array(ends, dtype=np.int64), np.array(rows, dtype=np.int64)), len(nl),
+                 line_ends)

@@ -16,11 +16,10 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from upwell.documents import archive_kind
 from upwell.errors import InputRejected
 from upwell.ingest import csvblocks
+from upwell.ingest.lineindex import CountedIndex
 from upwell.ingest.rawblocks import Pieces
 from upwell.ingest.shardwriter import Shard, Writer, raw_ends
 from upwell.shardref import HEADER_LIMIT
@@ -247,8 +246,9 @@ class _Sharder:
                 continue
             lines = csvblocks.check_block(block, rowno + 1, self._layout(), self.max_line)
             data = lines.data if self.delim == b"," else lines.data.replace(self.delim, b",")
-            ends = self._raw_ends(raw, base, lines, first_line, whole) if self.writer.pos >= 0 else None
-            yield from self.writer.lines(data, lines.ends, lines.rows, ends)
+            ranged = self.writer.pos >= 0
+            index = self._ranged(raw, base, lines, first_line, whole) if ranged else lines.index
+            yield from self.writer.lines(data, index, ranged)
             rowno += lines.count
         if self.table is None:
             raise InputRejected(f"{self.source} is empty", field="document", row=0, source=self.source)
@@ -261,16 +261,21 @@ class _Sharder:
                                 field="row", limit=f"max_line_bytes={self.max_line}", source=self.source)
 
     @staticmethod
-    def _raw_ends(raw: bytes, base: int, lines: csvblocks.Lines, first_line: int, whole: bool) -> np.ndarray:
-        """Where each checked line of ``lines`` ends in the original. ``whole``: the block checked is ``raw``
-        itself, with no CR, or a final LF added at the end of the input; then the block's own line ends are
-        the original's (the last one clipped to ``raw``) and no second scan of the bytes is needed."""
+    def _ranged(raw: bytes, base: int, lines: csvblocks.Lines, first_line: int, whole: bool):
+        """``lines.index`` with where each checked line ends in the original. ``whole``: the block checked is
+        ``raw`` itself, with no CR, or a final LF added at the end of the input; then the block's own line ends
+        are the original's (the last one clipped to ``raw``) and no second scan of the bytes is needed."""
+        index, limit = lines.index, base + len(raw)
+        if isinstance(index, CountedIndex):
+            if whole:
+                return index.ranged(base, limit)
+            index = index.arrays()
         if not whole:
-            return raw_ends(raw, base)[lines.rows - first_line]
+            return index.ranged(raw_ends(raw, base)[index.rows - first_line])
         ends = lines.line_ends + base
-        if len(ends) and ends[-1] > base + len(raw):
-            ends[-1] = base + len(raw)
-        return ends if lines.count == len(lines.rows) else ends[lines.rows - first_line]
+        if len(ends) and ends[-1] > limit:
+            ends[-1] = limit
+        return index.ranged(ends if lines.count == index.n else ends[index.rows - first_line])
 
     def _text(self, raw: bytes, offset: int, first: bool, cr: bool) -> bytes:
         """``raw`` checked as UTF-8, with CR and CRLF line ends turned into LF and a last LF added. ``cr``:

@@ -79,29 +79,29 @@ class Writer:
         if (self.rows and self.count >= self.rows) or (self.size and self.bytes >= self.size):
             yield self._close()
 
-    def lines(self, data: bytes, ends, rows, raw: np.ndarray | None = None) -> Iterator[Shard]:
-        """Add checked lines: ``data`` ends each line at ``ends[k]``; ``rows[k]`` is its row number; ``raw[k]``
-        where it ends in the original (None: unknown, so no range)."""
-        if raw is None:
+    def lines(self, data: bytes, index, ranged: bool) -> Iterator[Shard]:
+        """Add checked lines: ``index`` (``lineindex``) says where each line of ``data`` ends and its row number,
+        and, when ``ranged``, where it ends in the original (otherwise that is unknown, so no range)."""
+        if not ranged:
             self.pos = -1
-        view, k, n = memoryview(data), 0, len(ends)
+        view, k, n = memoryview(data), 0, index.n
         while k < n:
             if self.count == 0:
-                self.first = int(rows[k])
-            start = int(ends[k - 1]) if k else 0
+                self.first = index.row(k)
+            start = index.end(k - 1) if k else 0
             take, full = n - k, False
             if self.rows and self.count + take >= self.rows:
                 take, full = self.rows - self.count, True
             if self.size:
-                reach = int(np.searchsorted(ends[k:k + take], start + self.size - self.bytes, side="left"))
+                reach = index.below(start + self.size - self.bytes) - k
                 if reach < take:
                     take, full = reach + 1, True
-            end = int(ends[k + take - 1])
+            end = index.end(k + take - 1)
             self.parts.append(view[start:end])
             self.count += take
             self.bytes += end - start
-            if raw is not None:
-                self.end = int(raw[k + take - 1])
+            if ranged:
+                self.end = index.raw_end(k + take - 1)
             k += take
             if full:
                 yield self._close()
