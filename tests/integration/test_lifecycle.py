@@ -108,6 +108,8 @@ def test_cancel_stops_the_running_shard_and_drains_only_its_own_messages(store, 
     assert not store.exists(f"{names.RESULTS}/{victim}/{first}/payload.log")
     code, out = _cli("logs", victim, first)
     assert code == 0 and out == "(no output)\n", out
+    code, out = _cli("logs", victim)  # the job's listing shows it too; the three that never started are not there
+    assert code == 0 and out == f"== {first} ==\n(no output)\n", out
     # watch ends at once on a cancelled job (it will never be reported), exit 1: after its first poll, not
     # at its timeout (on a clock that only its own sleeps move).
     import upwell.cli.pipeline

@@ -2,11 +2,13 @@
 
 The agent uploads an attempt's ``payload.log`` to ``results/<job>/<shard>/payload.log`` when the attempt ends
 and its payload printed something (``workers.staging.keep_log``; a later attempt replaces it). A shard whose
-result is in but that has no log printed nothing: it is shown as ``(no output)``, never skipped. Without a
-shard every shard's log is printed under a ``== <shard> ==`` line; with one, its log as it is (``(no output)``
-goes to stderr, so what stdout holds is the log). ``--follow`` keeps listing the job's logs and prints each
-new or replaced one (told apart by its ETag) until the job has ended, then exits 0. One listing per pass,
-whatever the shard count: it holds both the logs and the results.
+result is in but that has no log printed nothing: it is shown as ``(no output)``, never skipped, and so is a
+shard with neither whose attempt ended all the same (a failed one awaiting its retry, a stopped one: its row
+says so). Without a shard every shard's log is printed under a ``== <shard> ==`` line; with one, its log as
+it is (``(no output)`` goes to stderr, so what stdout holds is the log). ``--follow`` keeps listing the job's
+logs and prints each new or replaced one (told apart by its ETag) until the job has ended, then exits 0. One
+listing per pass, whatever the shard count: it holds both the logs and the results (the shard rows are read
+only without ``--follow``, and only when the job has shards the listing lacks).
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def _ran_silently(storage, job_id: str, shard: str) -> bool:
     return row is not None and row.attempt_ended
 
 
+def _silent(storage, job_id: str, found: dict[str, str]) -> dict[str, str]:
+    """The job's shards that the listing lacks (no log, no result) but whose attempt ended all the same, as
+    ``none:attempt<k>``: they printed nothing. The job row first; its shard rows (one range query) only when
+    it has more shards than the listing found."""
+    from upwell.ledger import Ledger
+
+    ledger = Ledger(storage)
+    job = ledger.job(job_id)
+    if job is None or job.shards_total <= len(found):
+        return {}
+    return {r.shard_id: f"none:attempt{r.attempts}" for r in ledger.shards(job_id)
+            if r.shard_id not in found and r.attempt_ended}
+
+
 def _print(storage, job_id: str, shard: str, what: str, header: bool) -> None:
     """One shard's log; a shard that printed nothing says so (under its header, or on stderr alone)."""
     data = storage.read(f"{names.RESULTS}/{job_id}/{shard}/{LOG}").decode(errors="replace") \
@@ -81,7 +97,10 @@ def logs(job: str = typer.Argument(..., help="job id, name or upload path"),
     printed: dict[str, str] = {}
     while True:
         ended = follow and _ended(storage, job_id)  # read before the listing: nothing lands unseen after it
-        for sid, what in sorted(_logs(storage, job_id, one).items()):
+        found = _logs(storage, job_id, one)
+        if not follow and not one:
+            found.update(_silent(storage, job_id, found))
+        for sid, what in sorted(found.items()):
             if printed.get(sid) != what:
                 try:
                     _print(storage, job_id, sid, what, header=not one or follow)
