@@ -103,7 +103,7 @@ def test_a_bad_value_sends_only_its_block_to_the_exact_checker_which_names_it(mo
         list(shard_csv(_chunks(raw, 4 * MB), source="t.csv", rows_per_shard=100_000, columns=COLUMNS, refs=True))
     assert (err.value.row, err.value.field) == (499_002, "t")
     assert err.value.message == "t.csv: row 499002 column 't': '499000.2.5' is not float"
-    assert typed == [True, True, False]  # the clean blocks before it took the typed parse
+    assert [t >= 0 for t in typed] == [True, True, False]  # the clean blocks before it took the typed parse
     assert len(exact) == 1  # only the bad value's block was read as strings
 
 
