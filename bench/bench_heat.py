@@ -5,17 +5,17 @@
    divided by the GB/s of ``np.copyto`` from ``u`` to ``v``, the same two arrays (16 B/cell). Copy and kernel
    alternate in ``--pairs`` pairs (``bench/pairs.py``), each sample at least ``--sample-s`` seconds of steps
    after an untimed one (warm caches), timed on the thread's CPU clock (both are single-threaded). The ratio
-   is that of each side's 90th-percentile sample (``pairs.high_ratio``): this VM's cache and memory bandwidth
-   move with its host's other tenants (the copy's samples range from 25 to 53 GB/s on a quiet machine, within
-   seconds), the copy feels all of it and the kernel part, so the median of the per-pair ratios moved by
-   15% between two runs while the high samples' ratio held within 3% (bench/README.md). The median pair
-   ratio is kept beside it. The numpy strips and a plain whole-array numpy expression of the same update are
+   is that of each side's 90th-percentile sample (``pairs.high_ratio``); the median pair ratio is kept beside
+   it. The grid is 8192² (two arrays of 537 MB), larger than the 480 MiB last-level cache this VM shares with
+   its host's other tenants, so both sides stream from memory, as the grid of a real run does: at 2048² (67 MB,
+   held in that cache) the copy's bandwidth moved with the tenants' use of the cache and the ratio read
+   0.40-0.63 from run to run; at 8192² three runs read 0.601-0.612 (bench/README.md, 2026-12-04). The numpy strips and a plain whole-array numpy expression of the same update are
    shown for scale.
 2. Ranks: cells/s of the heat-mpi payload on 2 ranks over 1 rank, same grid, both through
    ``workers.launch.run_payload`` (the metric excludes start-up and checkpoints), in ``--mpi-pairs``
    interleaved pairs, the median of the per-pair ratios.
 
-    .venv/bin/python bench/bench_heat.py [--n 2048] [--pairs 41] [--sample-s 0.2] [--mpi-nx 1024] [--mpi-steps 300]
+    .venv/bin/python bench/bench_heat.py [--n 8192] [--pairs 41] [--sample-s 0.2] [--mpi-nx 1024] [--mpi-steps 300]
 """
 
 from __future__ import annotations
@@ -131,11 +131,11 @@ def _same_field(a, b) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=2048, help="grid side for the bandwidth test")
+    parser.add_argument("--n", type=int, default=8192, help="grid side for the bandwidth test")
     parser.add_argument("--pairs", type=int, default=41,
                         help="copy/kernel pairs; the ratio of each side's 90th-percentile sample is kept")
     parser.add_argument("--sample-s", type=float, default=0.2, help="seconds of work in each sample (at least)")
-    parser.add_argument("--steps", type=int, default=10, help="steps of the numpy variants shown for scale")
+    parser.add_argument("--steps", type=int, default=3, help="steps of the numpy variants shown for scale")
     parser.add_argument("--mpi-nx", type=int, default=1024)
     parser.add_argument("--mpi-steps", type=int, default=300)
     parser.add_argument("--mpi-pairs", type=int, default=3, help="1-rank/2-rank pairs")
