@@ -9,8 +9,8 @@
    it. The grid is 8192² (two arrays of 537 MB), larger than the 480 MiB last-level cache this VM shares with
    its host's other tenants, so both sides stream from memory, as the grid of a real run does: at 2048² (67 MB,
    held in that cache) the copy's bandwidth moved with the tenants' use of the cache and the ratio read
-   0.40-0.63 from run to run; at 8192² three runs read 0.601-0.612 (bench/README.md, 2026-12-04). The numpy strips and a plain whole-array numpy expression of the same update are
-   shown for scale.
+   0.40-0.63 from run to run; at 8192² three runs read 0.601-0.612 (bench/README.md, 2026-12-04). The numpy
+   strips and a plain whole-array numpy expression of the same update are shown for scale.
 2. Ranks: cells/s of the heat-mpi payload on 2 ranks over 1 rank, same grid, both through
    ``workers.launch.run_payload`` (the metric excludes start-up and checkpoints), in ``--mpi-pairs``
    interleaved pairs, the median of the per-pair ratios.

@@ -40,7 +40,7 @@ PLANS: dict[str, tuple[Step, ...]] = {
     "default": (
         Step("heat"), Step("train"), Step("pipeline"), Step("latency"), Step("scaling"),
         Step("reconcile", ("--blobs", "2000", "--new", "100", "--repeat", "3"), runs=1),
-        Step("drop", ("--sizes", "30,300", "--repeat", "3"), runs=1),
+        Step("drop", ("--sizes", "100,300", "--repeat", "3"), runs=1),
         Step("scale", SCALE_DEFAULT, runs=1),
     ),
     "scale": (

@@ -21,14 +21,13 @@ def _row(measure: str, figure: str, baseline: str, ratio: float | None, goal: tu
 
 
 def _pipeline(f: dict) -> list[dict]:
-    p, i = f["pipeline"], f["ingest"]
+    p = f["pipeline"]
     calls = f" ({p['storage_calls_per_item']:.1f} storage calls/item)" if "storage_calls_per_item" in p else ""
     # No goal: a ratio to bare round trips was chased with a job-row cache that delayed a cancel (issue 24);
     # the exact count, storage requests per shard end to end (the scale bench's row), carries the goal now.
+    # Ingest against a plain read is the drop bench's (two sizes, goal >= 0.9); see bench_pipeline's docstring.
     return [_row("pipeline items/s ÷ bare Azurite send+receive+delete", f"{p['items_per_s']:.2f}/s{calls}",
-                 f"{p['bare_msg_per_s']:.1f}/s", p["ratio"], None),
-            _row(f"ingest MB/s ÷ plain blob read ({i['mb']} MB CSV)", f"{i['mb_per_s']:.1f} MB/s",
-                 f"{i['plain_mb_per_s']:.1f} MB/s", i["ratio"], (">=", 0.5))]
+                 f"{p['bare_msg_per_s']:.1f}/s", p["ratio"], None)]
 
 
 def _heat(f: dict) -> list[dict]:
