@@ -3,10 +3,12 @@
 Each of ``--uploads`` one-point logistic manifests is uploaded to incoming/ and timed until its shard row
 says the agent started it (``first_started_at``: the agent has the message, the ledger row is running and
 the payload process is launched next). Uploads go one after another, ``--gap`` seconds apart, so the pool
-is as warm as the previous upload left it. The first upload (a cold pool: the scale timer starts a worker
-process) is reported apart from the rest.
+is as warm as the previous upload left it. ``--cold`` uploads find the pool cold, with no worker process
+(the scaler starts one): the first, and each after its workers were stopped (``LocalStack.stop_workers``);
+they are reported apart from the rest, as their median. One cold sample a run moved by 10% between two runs of
+``make bench`` (bench/README.md, 2026-12-04).
 
-    .venv/bin/python bench/bench_latency.py [--uploads 20] [--gap 1.0] [--json bench/out/latency.json]
+    .venv/bin/python bench/bench_latency.py [--uploads 20] [--gap 1.0] [--cold 5] [--json bench/out/latency.json]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uploads", type=int, default=20)
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between one shard starting and the next upload")
+    ap.add_argument("--cold", type=int, default=5, help="uploads to a cold pool (the first, then after stopping it)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="upwell-latency-"))
@@ -67,7 +70,11 @@ def main() -> None:
                        env={**os.environ, "UPWELL_LOG_LEVEL": "error"})
     with stack:
         ledger = Ledger(stack.storage)
-        cold = one(stack, ledger, 0, timeout=120.0)
+        colds = [one(stack, ledger, 0, timeout=120.0)]
+        for k in range(1, args.cold):
+            stack.stop_workers()  # the shard before has finished: its worker is idle
+            time.sleep(args.gap)
+            colds.append(one(stack, ledger, 1000 + k, timeout=120.0))
         steps = []
         for k in range(1, args.uploads + 1):
             time.sleep(args.gap)
@@ -75,7 +82,10 @@ def main() -> None:
     warm = [x["started"] for x in steps]
     s = sorted(warm)
     parts = {k: statistics.median(x[k] for x in steps) for k in ("ingest_started", "enqueued", "started")}
-    print(f"cold pool  first upload -> shard started {cold['started']:.2f} s")
+    cold = {k: statistics.median(x[k] for x in colds) for k in ("ingest_started", "enqueued", "started")}
+    cold_s = [x["started"] for x in colds]
+    print(f"cold pool  {len(colds)} uploads: median {cold['started']:.2f} s "
+          f"({', '.join(f'{x:.2f}' for x in cold_s)})")
     print(f"warm pool  {len(warm)} uploads: median {statistics.median(warm):.2f} s, "
           f"p90 {s[int(0.9 * (len(s) - 1))]:.2f} s, min {s[0]:.2f} s, max {s[-1]:.2f} s")
     waited = parts["started"] - parts["enqueued"]
@@ -83,7 +93,8 @@ def main() -> None:
           f"{parts['enqueued'] - parts['ingest_started']:.2f} s, enqueued to started {waited:.2f} s")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"cold_s": cold["started"], "cold": cold, "upload_to_start_s": warm,
+        args.json.write_text(json.dumps({"cold_s": cold["started"], "cold": cold, "cold_runs_s": cold_s,
+                                         "upload_to_start_s": warm,
                                          "steps": steps, "medians": parts, "gap_s": args.gap}, indent=1))
 
 
