@@ -18,6 +18,7 @@ away), and ingests a fresh upload of it (validate, shard, ledger rows, work item
   over the blob's size (goal ≤ 0.01).
 
     .venv/bin/python bench/bench_drop.py [--sizes 100,1000] [--repeat 2] [--json out.json]
+    .venv/bin/python bench/bench_drop.py --reader [--sizes 300] [--repeat 3]   # the CSV reader alone, no storage
 """
 
 from __future__ import annotations
@@ -177,6 +178,53 @@ def run_size(conn: str, folder: Path, mb: int, repeat: int, azurite_pid: int) ->
     return f
 
 
+def reader(path: Path, repeat: int) -> dict:
+    """The CSV reader alone (``shard_csv`` as ingest calls it, on the file's 4 MiB chunks, no storage): wall,
+    process CPU and its own thread's CPU seconds, against Arrow's typed parse of the same blocks run one after
+    another (``csvblocks._typed_ok``, the library's part of the reader, which it overlaps with its own)."""
+    from upwell.ingest import csvblocks
+    from upwell.ingest.sharding import shard_csv
+
+    data, chunk = path.read_bytes(), 4 << 20
+    layout = csvblocks.Layout(4, b",", tuple((i, c, "float") for i, c in enumerate(("time", "heave", "pitch",
+                                                                                       "roll"))), (), path.name)
+    blocks, pos = [], data.index(b"\n") + 1
+    while pos < len(data):
+        end = data.rfind(b"\n", pos, pos + chunk) + 1 or len(data)
+        blocks.append(data[pos:end])
+        pos = end
+    out = {"bytes": len(data), "reader_s": [], "reader_cpu_s": [], "reader_thread_cpu_s": [], "arrow_s": []}
+    for _ in range(repeat):
+        t, c, th = time.perf_counter(), time.process_time(), time.thread_time()
+        for _shard in shard_csv((data[i:i + chunk] for i in range(0, len(data), chunk)), source=path.name,
+                                rows_per_shard=100_000, columns={k: "float" for k in ("time", "heave", "pitch",
+                                                                                        "roll")}, refs=True):
+            pass
+        out["reader_s"].append(time.perf_counter() - t)
+        out["reader_cpu_s"].append(time.process_time() - c)
+        out["reader_thread_cpu_s"].append(time.thread_time() - th)
+        t = time.perf_counter()
+        assert all(csvblocks._typed_ok(b, layout, 0) >= 0 for b in blocks)
+        out["arrow_s"].append(time.perf_counter() - t)
+    return out
+
+
+def reader_only(sizes: list[int], repeat: int) -> None:
+    """``--reader``: the reader's figures per GB at each size, and its wall clock ÷ Arrow's typed parse."""
+    with tempfile.TemporaryDirectory(prefix="upwell-bench-reader-") as tmp:
+        for mb in sizes:
+            source = Path(tmp) / f"drop-{mb}mb.csv"
+            generate(source, mb)
+            f = reader(source, repeat)
+            source.unlink()
+            gb = f["bytes"] / 1e9
+            per = [r / a for r, a in zip(f["reader_s"], f["arrow_s"], strict=True)]
+            print(f"reader {mb:>5} MB  wall {min(f['reader_s']) / gb:.2f} s/GB  CPU {min(f['reader_cpu_s']) / gb:.2f}"
+                  f" s/GB (its own thread {min(f['reader_thread_cpu_s']) / gb:.2f})  Arrow's typed parse alone "
+                  f"{min(f['arrow_s']) / gb:.2f} s/GB  reader ÷ Arrow {statistics.median(per):.3f} "
+                  f"(runs {', '.join(f'{x:.3f}' for x in per)})")
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         print(json.dumps(child(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
@@ -185,7 +233,11 @@ def main() -> None:
     p.add_argument("--sizes", default="100,1000", help="drop sizes in MB, the small one first")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--json", type=Path)
+    p.add_argument("--reader", action="store_true", help="time the CSV reader alone, on a local file (no storage)")
     args = p.parse_args()
+    if args.reader:
+        reader_only([int(s) for s in args.sizes.split(",")], args.repeat)
+        return
     from upwell.local import azurite
 
     sizes = [int(s) for s in args.sizes.split(",")]

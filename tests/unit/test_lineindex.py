@@ -25,8 +25,9 @@ def _block(seed: int, lines: int, longest: int) -> bytes:
 def test_counted_index_answers_as_the_array_of_every_line_end(seed, lines, longest):
     block = _block(seed, lines, longest)
     assert lines == 1 or len(block) > WINDOW  # all but the first span several windows
-    lf = np.frombuffer(block, dtype=np.uint8) == 10
-    counted = CountedIndex(lf, 5)
+    arr = np.frombuffer(block, dtype=np.uint8)
+    lf = arr == 10
+    counted = CountedIndex(arr, 5)
     full = ArrayIndex(np.flatnonzero(lf) + 1, 5 + np.arange(lines))
     assert counted.n == full.n == lines
     assert [counted.end(k) for k in range(lines)] == [full.end(k) for k in range(lines)]

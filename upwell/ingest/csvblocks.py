@@ -118,7 +118,7 @@ def _plain(block: bytes, arr: np.ndarray, first_row: int, typed: Future, limit: 
     step = limit // 2
     if step < 4096 or any(block.find(b"\n", a, a + step) < 0 for a in range(0, len(block) - step + 1, step)):
         return None
-    index = CountedIndex(arr == 10, first_row)
+    index = CountedIndex(arr, first_row)
     if typed.result() != index.n:
         return None
     return Lines(block, index, index.n, None)

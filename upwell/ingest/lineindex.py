@@ -45,13 +45,15 @@ class ArrayIndex:
 
 
 class CountedIndex:
-    """A plain block's lines: line k is row ``first_row + k`` and ends past the (k+1)-th LF. State: the LF mask,
-    the running count of LFs at the end of each window, and (once ``ranged``) where the block starts in the
-    original and where the original's bytes end (a last LF added to the block is not the original's)."""
+    """A plain block's lines: line k is row ``first_row + k`` and ends past the (k+1)-th LF. State: the block's
+    bytes (a uint8 array), the running count of LFs at the end of each window, and (once ``ranged``) where the
+    block starts in the original and where the original's bytes end (a last LF added to the block is not the
+    original's). Each window's LF mask is made and dropped in turn: 64 KiB that the allocator reuses, where a
+    mask of the whole block would be 4 MiB of fresh pages for every block."""
 
-    def __init__(self, lf: np.ndarray, first_row: int) -> None:
-        self.lf, self.first_row = lf, first_row
-        counts = [np.count_nonzero(lf[a:a + WINDOW]) for a in range(0, len(lf), WINDOW)]
+    def __init__(self, arr: np.ndarray, first_row: int) -> None:
+        self.arr, self.first_row = arr, first_row
+        counts = [np.count_nonzero(arr[a:a + WINDOW] == 10) for a in range(0, len(arr), WINDOW)]
         self.cum = np.cumsum(np.asarray(counts, dtype=np.int64))
         self.n = int(self.cum[-1]) if len(self.cum) else 0
         self.base, self.limit = -1, -1
@@ -59,22 +61,22 @@ class CountedIndex:
     def end(self, k: int) -> int:
         w = int(np.searchsorted(self.cum, k + 1, side="left"))
         lo = w * WINDOW
-        return lo + int(np.flatnonzero(self.lf[lo:lo + WINDOW])[k - self._before(w)]) + 1
+        return lo + int(np.flatnonzero(self.arr[lo:lo + WINDOW] == 10)[k - self._before(w)]) + 1
 
     def row(self, k: int) -> int:
         return self.first_row + k
 
     def below(self, t: int) -> int:
-        p = min(max(t - 1, 0), len(self.lf))  # a line ends before t when its LF is before t - 1
+        p = min(max(t - 1, 0), len(self.arr))  # a line ends before t when its LF is before t - 1
         w = p // WINDOW
-        return self._before(w) + int(np.count_nonzero(self.lf[w * WINDOW:p]))
+        return self._before(w) + int(np.count_nonzero(self.arr[w * WINDOW:p] == 10))
 
     def raw_end(self, k: int) -> int:
         return min(self.base + self.end(k), self.limit) if self.base >= 0 else -1
 
     def arrays(self) -> ArrayIndex:
         """The same lines, every end listed (for a block whose ends in the original are not its own)."""
-        return ArrayIndex(np.flatnonzero(self.lf) + 1, self.first_row + np.arange(self.n))
+        return ArrayIndex(np.flatnonzero(self.arr == 10) + 1, self.first_row + np.arange(self.n))
 
     def ranged(self, base: int, limit: int) -> CountedIndex:
         """This index, with the block at ``base`` of the original, whose bytes end at ``limit``."""
