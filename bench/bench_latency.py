@@ -4,11 +4,14 @@ Each of ``--uploads`` one-point logistic manifests is uploaded to incoming/ and 
 says the agent started it (``first_started_at``: the agent has the message, the ledger row is running and
 the payload process is launched next). Uploads go one after another, ``--gap`` seconds apart, so the pool
 is as warm as the previous upload left it. ``--cold`` uploads find the pool cold, with no worker process
-(the scaler starts one): the first, and each after its workers were stopped (``LocalStack.stop_workers``);
-they are reported apart from the rest, as their median. One cold sample a run moved by 10% between two runs of
-``make bench`` (bench/README.md, 2026-12-04).
+(the scaler starts one): the first, and each after the scaler has taken the pool back to zero on its own (its
+cooldown without backlog, then scale-in: ``wait_cold``); they are reported apart from the rest, as their mean.
+Their times fall around two values here (about 0.6 s and 0.85 s), so a median of nine flipped between them
+(0.69 s and 0.82 s in two runs) where the mean moved by 4%. Stopping the workers instead does not make a cold
+pool: within its cooldown the scaler keeps a node warm and starts one again, so some such "cold" uploads met a
+worker already up (0.34 s).
 
-    .venv/bin/python bench/bench_latency.py [--uploads 20] [--gap 1.0] [--cold 5] [--json bench/out/latency.json]
+    .venv/bin/python bench/bench_latency.py [--uploads 20] [--gap 1.0] [--cold 9] [--json bench/out/latency.json]
 """
 
 from __future__ import annotations
@@ -56,11 +59,26 @@ def one(stack: LocalStack, ledger: Ledger, k: int, timeout: float = 60.0) -> dic
     raise SystemExit(f"upload {k}: no shard started within {timeout} s (see the devhost log)")
 
 
+def wait_cold(stack: LocalStack, timeout: float = 120.0) -> float:
+    """Wait until the cpu pool has no worker process (the scaler took it to zero); the seconds waited."""
+    from upwell.pools.process import LocalPool
+    from upwell.settings import Settings
+
+    pool = LocalPool(Settings.from_env(stack.env).pools["cpu"], stack.root / "pools")
+    started = time.monotonic()
+    while pool.status().nodes:
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"the cpu pool still has workers after {timeout:.0f} s: {pool.status().nodes}")
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--uploads", type=int, default=20)
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between one shard starting and the next upload")
-    ap.add_argument("--cold", type=int, default=5, help="uploads to a cold pool (the first, then after stopping it)")
+    ap.add_argument("--cold", type=int, default=9,
+                    help="uploads to a cold pool (the first, then each once the scaler has taken it to zero)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="upwell-latency-"))
@@ -72,8 +90,7 @@ def main() -> None:
         ledger = Ledger(stack.storage)
         colds = [one(stack, ledger, 0, timeout=120.0)]
         for k in range(1, args.cold):
-            stack.stop_workers()  # the shard before has finished: its worker is idle
-            time.sleep(args.gap)
+            wait_cold(stack)
             colds.append(one(stack, ledger, 1000 + k, timeout=120.0))
         steps = []
         for k in range(1, args.uploads + 1):
@@ -82,9 +99,9 @@ def main() -> None:
     warm = [x["started"] for x in steps]
     s = sorted(warm)
     parts = {k: statistics.median(x[k] for x in steps) for k in ("ingest_started", "enqueued", "started")}
-    cold = {k: statistics.median(x[k] for x in colds) for k in ("ingest_started", "enqueued", "started")}
+    cold = {k: statistics.mean(x[k] for x in colds) for k in ("ingest_started", "enqueued", "started")}
     cold_s = [x["started"] for x in colds]
-    print(f"cold pool  {len(colds)} uploads: median {cold['started']:.2f} s "
+    print(f"cold pool  {len(colds)} uploads: mean {cold['started']:.2f} s, median {statistics.median(cold_s):.2f} s "
           f"({', '.join(f'{x:.2f}' for x in cold_s)})")
     print(f"warm pool  {len(warm)} uploads: median {statistics.median(warm):.2f} s, "
           f"p90 {s[int(0.9 * (len(s) - 1))]:.2f} s, min {s[0]:.2f} s, max {s[-1]:.2f} s")

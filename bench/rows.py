@@ -77,7 +77,7 @@ def _latency(f: dict) -> list[dict]:
     return [{**_row(f"upload → shard started, warm pool, median of {len(s)} (goal ≤ 2 s)", f"{median:.2f} s",
                     f"p90 {sorted(s)[int(0.9 * (len(s) - 1))]:.2f} s", None, None), "met": median <= 2.0,
              "value": median},
-            {**_row(f"upload → shard started, cold pool, median of {len(f.get('cold_runs_s') or [0])}",
+            {**_row(f"upload → shard started, cold pool, mean of {len(f.get('cold_runs_s') or [0])}",
                     f"{f['cold_s']:.2f} s", "", None, None), "value": f["cold_s"]}]
 
 
