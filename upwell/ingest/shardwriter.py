@@ -84,11 +84,10 @@ class Writer:
         and, when ``ranged``, where it ends in the original (otherwise that is unknown, so no range)."""
         if not ranged:
             self.pos = -1
-        view, k, n = memoryview(data), 0, index.n
-        while k < n:
+        view, k, n, start = memoryview(data), 0, index.n, 0
+        while k < n:  # ``start``: where line k begins, the end of the lines taken before it
             if self.count == 0:
                 self.first = index.row(k)
-            start = index.end(k - 1) if k else 0
             take, full = n - k, False
             if self.rows and self.count + take >= self.rows:
                 take, full = self.rows - self.count, True
@@ -102,7 +101,7 @@ class Writer:
             self.bytes += end - start
             if ranged:
                 self.end = index.raw_end(k + take - 1)
-            k += take
+            k, start = k + take, end
             if full:
                 yield self._close()
 
