@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from bench import pairs
+from bench import pairs, probe
 
 
 def _row(measure: str, figure: str, baseline: str, ratio: float | None, goal: tuple[str, float] | None) -> dict:
@@ -211,6 +211,21 @@ def _drop(f: dict) -> list[dict]:
 
 
 ROWS["drop"] = _drop
+
+
+def machine(probes: list[dict[str, float]]) -> list[dict]:
+    """The machine probe's rows (``bench/probe.py``): each measure's median over the probes taken before each
+    bench run, and their spread, so that a bench row that moved can be read beside how far the machine did."""
+    if len(probes) < 2:
+        return []
+    out = []
+    for key, (what, fmt) in probe.MEASURES.items():
+        values = [p[key] for p in probes]
+        median = statistics.median(values)
+        out.append({**_row(f"machine: {what}, probed before each of {len(values)} bench runs", fmt.format(median),
+                           f"[{min(values):.3g}–{max(values):.3g}]", None, None),
+                    "value": median, **_within(values)})
+    return out
 
 
 def rows(name: str, figures: dict | None) -> list[dict]:

@@ -12,7 +12,9 @@ With ``--repeat k`` each bench whose plan step does not fix its runs runs k time
 ratio and the spread of the k ratios, (max − min) ÷ median (a row of seconds: of its seconds). A bench run
 once (scale, drop, reconcile) shows the spread of its own repeats within the run where it has them. Two runs
 on a quiet machine should agree within 5% (``bench.pairs.STABLE``): a row over it is marked ``!`` and listed
-under the table.
+under the table. Before each bench run the machine itself is probed (``bench/probe.py``: a pure-Python loop, an
+interpreter start, a memory copy); the last rows show how far each probe measure moved over the whole run, so
+that a row over 5% can be told from a machine that moved.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import plan, rows  # noqa: E402
+from bench import plan, probe, rows  # noqa: E402
 
 
 def load() -> str:
@@ -70,17 +72,20 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     load_before, started = load(), time.perf_counter()
     status: dict[str, dict] = {}
-    table = []
+    table, probes = [], []
     for step in steps:
         runs = []
         for k in range(plan.runs(step, args.repeat)):
             progress(f"running {step.bench} ({k + 1}) ...")
             tag = f".{k + 1}" if k else ""
+            probes.append(probe.probe())
             rc, secs = run_one(step, args.out, tag)
-            status[step.bench + tag] = {"rc": rc, "seconds": round(secs, 1), "args": list(step.args)}
+            status[step.bench + tag] = {"rc": rc, "seconds": round(secs, 1), "args": list(step.args),
+                                        "probe": probes[-1]}
             path = args.out / f"{step.bench}{tag}.json"
             runs.append(rows.rows(step.bench, json.loads(path.read_text()) if rc == 0 and path.exists() else None))
         table += rows.spread(runs) if len(runs) > 1 else runs[0]
+    table += rows.machine(probes)
     progress("")
     summary = {"plan": args.plan, "repeat": args.repeat, "load_before": load_before, "load_after": load(),
                "time": time.strftime("%Y-%m-%d %H:%M:%S"), "seconds": round(time.perf_counter() - started),

@@ -109,3 +109,23 @@ def test_the_high_ratio_holds_while_something_outside_moves_one_side_more():
     assert pairs.high_ratio(kernel, copy) == pytest.approx(0.4)
     assert pairs.median_ratio(kernel, copy) > 0.45, "the pairs' median moves with the loss"
     assert pairs.quantile([3.0, 1.0, 2.0], 0.9) == 3.0 and pairs.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
+
+
+def test_the_machine_rows_show_how_far_each_probe_measure_moved():
+    probes = [{"python": 60.0, "start": 0.12, "copy": 26.0}, {"python": 66.0, "start": 0.11, "copy": 26.5},
+              {"python": 63.0, "start": 0.13, "copy": 26.2}]
+    loop, start, copy = rows.machine(probes)
+    assert loop["value"] == 63.0 and loop["spread"] == pytest.approx(6 / 63) and loop["unstable"] is True
+    assert start["figure"] == "0.120 s" and start["baseline"] == "[0.11–0.13]"
+    assert copy["spread"] == pytest.approx(0.5 / 26.2) and copy["unstable"] is False
+    assert "3 bench runs" in copy["measure"] and copy["ratio"] is None
+    assert rows.machine(probes[:1]) == [], "one probe has no spread"
+
+
+def test_a_probe_measures_the_machine():
+    from bench import probe
+
+    got = probe.probe()
+    assert set(got) == set(probe.MEASURES)
+    # a loop of 300,000 additions, an interpreter start and a 512 MiB copy each take some milliseconds
+    assert 1 < got["python"] < 1000 and 0.005 < got["start"] < 10 and 0.5 < got["copy"] < 500
