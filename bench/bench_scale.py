@@ -48,10 +48,10 @@ from upwell.ops import dashboard
 from upwell.ops.jobapi import JobAPI
 from upwell.results import publish
 from upwell.results.status import job_status
-
-REPORT_BUILDS = 3
 from upwell.settings import Settings
 from upwell.storage import Storage
+
+REPORT_BUILDS = 3
 
 
 def manifest(n: int) -> bytes:
