@@ -12,6 +12,7 @@ reason (DESIGN.md: a fixture that cannot start Azurite fails, it does not skip).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,12 @@ from upwell.local.azurite import Azurite
 from upwell.names import CONNECTION
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The agents these tests start in their own process run MPI payloads on the cores that the other test worker
+# (pytest -n 2) and Azurite use as well, as `upwell up`'s local nodes do: their ranks yield while they wait
+# (upwell.local.stack sets the same). A rank that spins instead holds a core its peer needs, and the heat-mpi
+# cancel-and-rerun test, 20 s alone, ran past its 300 s timeout beside one busy process.
+os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 
 
 KINDS = ("unit", "integration", "contract", "faults", "e2e")

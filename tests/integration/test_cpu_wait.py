@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -132,3 +133,24 @@ def test_a_node_of_its_own_never_loads_the_local_machinery():
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["WallClock", "[]"], out.stdout + out.stderr
+
+
+def test_mpi_ranks_on_a_shared_machine_yield_while_they_wait():
+    """`upwell up`'s nodes run their MPI ranks with yield-when-idle unless the user chose, and the pinned Open MPI
+    reads that name from the environment (a renamed parameter would be ignored in silence)."""
+    from upwell.local.stack import LocalStack
+    from workers.launch import find_mpiexec
+
+    yield_env = "OMPI_MCA_mpi_yield_when_idle"
+    assert LocalStack(env={}).env[yield_env] == "1"
+    assert LocalStack(env={yield_env: "0"}).env[yield_env] == "0"
+    info = str(Path(find_mpiexec()).with_name("ompi_info"))
+    seen = {}
+    for value in ("0", "1"):
+        out = subprocess.run([info, "--parsable", "--param", "mpi", "all", "--level", "9"], capture_output=True,
+                             text=True, timeout=60, check=True, env={**os.environ, yield_env: value}).stdout
+        seen[value] = {k: v for k, _, v in (line.rpartition(":") for line in out.splitlines())
+                       if k.startswith("mca:mpi:base:param:mpi_yield_when_idle:") and k.endswith((":value", ":source"))}
+    assert seen["1"] == {"mca:mpi:base:param:mpi_yield_when_idle:value": "true",
+                         "mca:mpi:base:param:mpi_yield_when_idle:source": "environment"}, seen
+    assert seen["0"]["mca:mpi:base:param:mpi_yield_when_idle:value"] == "false", seen

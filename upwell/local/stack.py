@@ -60,6 +60,11 @@ class LocalStack:
         # "node" holds is not node time (the agent reads this setting once at start-up, workers.agent_config, and
         # picks its node clock by it), so local costs are what the work costs.
         self.env.setdefault("UPWELL_SHARED_MACHINE", "1")
+        # For the same reason an MPI rank that waits for a message yields its core instead of spinning on it: a
+        # spinning rank holds a core that the rank it waits for (or another local node) needs, and on a busy
+        # machine each exchange then waits out a scheduler time slice (Open MPI does this by itself only when it
+        # sees more ranks than slots; a dedicated Azure node keeps its busy polling).
+        self.env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
         self.blob_poll_s = self.env.get("UPWELL_BLOB_POLL_S", "0.3")
         if not quiet and sys.stderr.isatty():
             self.env.setdefault("UPWELL_LOG_FORMAT", "console")
