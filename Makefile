@@ -48,7 +48,7 @@ demo: install
 # worker): most tests wait on Azurite, processes and timers rather than on a core.
 PYTEST_WORKERS ?= 2
 test: install iac-install gromacs
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Unit and contract tests only: no Azurite, no stack; under two minutes.
 test-fast: install iac-install

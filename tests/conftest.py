@@ -34,14 +34,24 @@ os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
 KINDS = ("unit", "integration", "contract", "faults", "e2e")
 
 
+# The order the kinds run in: the longest first. `make test` hands whole files to two workers in collection
+# order (--dist loadfile --no-loadscope-reorder); ending on the many short unit files leaves neither worker idle
+# while the other finishes a minute-long end-to-end file (xdist's own order, most tests first, put those last).
+RUN_ORDER = ("e2e", "faults", "integration", "contract", "unit")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with the kind of the folder it sits in; a test outside them is an error."""
+    """Mark each test with the kind of the folder it sits in (a test outside them is an error), and order the
+    kinds by RUN_ORDER, keeping each kind's own order."""
+    kinds = {}
     for item in items:
         rel = Path(str(item.path)).resolve().relative_to(REPO / "tests")
         kind = rel.parts[0] if len(rel.parts) > 1 else ""
         if kind not in KINDS:
             raise pytest.UsageError(f"{rel}: a test module belongs in one of tests/{{{','.join(KINDS)}}}/")
         item.add_marker(getattr(pytest.mark, kind))
+        kinds[item.nodeid] = RUN_ORDER.index(kind)
+    items.sort(key=lambda item: kinds[item.nodeid])
 
 
 @pytest.fixture(scope="session")
