@@ -120,9 +120,14 @@ def wait_reported(storage: Storage, job_id: str, timeout: float = 120.0) -> dict
 
 
 def live_worker_pids(state_dir: Path) -> list[int]:
+    """The pool's workers that are alive now. A pid file can vanish between the listing and its read (the pool
+    removes an exited worker's files) or be read before its write is whole: either is a worker not counted."""
     pids = []
     for pidfile in state_dir.glob("*/*.pid"):
-        pid = int(pidfile.read_text())
+        try:
+            pid = int(pidfile.read_text())
+        except (FileNotFoundError, ValueError):
+            continue
         try:
             os.kill(pid, 0)
             stat = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
