@@ -20,15 +20,16 @@ import pytest
 
 from tests.pipeline_helpers import azurite_in
 from upwell.local.azurite import Azurite
+from upwell.local.stack import SHARED_MACHINE_WAITS
 from upwell.names import CONNECTION
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The agents these tests start in their own process run MPI payloads on the cores that the other test worker
-# (pytest -n 2) and Azurite use as well, as `upwell up`'s local nodes do: their ranks yield while they wait
-# (upwell.local.stack sets the same). A rank that spins instead holds a core its peer needs, and the heat-mpi
-# cancel-and-rerun test, 20 s alone, ran past its 300 s timeout beside one busy process.
-os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+# The agents these tests start in their own process run MPI and OpenMP payloads on the cores that the other test
+# worker (pytest -n 2) and Azurite use as well, as `upwell up`'s local nodes do: their ranks and threads give the
+# core back while they wait, as upwell.local.stack sets for its nodes (SHARED_MACHINE_WAITS says why).
+for _name, _value in SHARED_MACHINE_WAITS.items():
+    os.environ.setdefault(_name, _value)
 
 
 KINDS = ("unit", "integration", "contract", "faults", "e2e")

@@ -135,15 +135,18 @@ def test_a_node_of_its_own_never_loads_the_local_machinery():
     assert out.stdout.split() == ["WallClock", "[]"], out.stdout + out.stderr
 
 
-def test_mpi_ranks_on_a_shared_machine_yield_while_they_wait():
-    """`upwell up`'s nodes run their MPI ranks with yield-when-idle unless the user chose, and the pinned Open MPI
-    reads that name from the environment (a renamed parameter would be ignored in silence)."""
-    from upwell.local.stack import LocalStack
+def test_ranks_and_threads_on_a_shared_machine_wait_without_spinning():
+    """`upwell up`'s nodes run MPI ranks with yield-when-idle and OpenMP threads with a passive wait unless the user
+    chose, and the pinned Open MPI and torch's OpenMP read those names from the environment (a renamed parameter
+    would be ignored in silence)."""
+    from upwell.local.stack import SHARED_MACHINE_WAITS, LocalStack
     from workers.launch import find_mpiexec
 
-    yield_env = "OMPI_MCA_mpi_yield_when_idle"
-    assert LocalStack(env={}).env[yield_env] == "1"
-    assert LocalStack(env={yield_env: "0"}).env[yield_env] == "0"
+    yield_env, wait_env = "OMPI_MCA_mpi_yield_when_idle", "OMP_WAIT_POLICY"
+    assert {k: LocalStack(env={}).env[k] for k in (yield_env, wait_env)} == {yield_env: "1", wait_env: "PASSIVE"}
+    assert set(SHARED_MACHINE_WAITS) == {yield_env, wait_env}
+    assert LocalStack(env={yield_env: "0", wait_env: "ACTIVE"}).env[yield_env] == "0"
+    assert LocalStack(env={yield_env: "0", wait_env: "ACTIVE"}).env[wait_env] == "ACTIVE"
     info = str(Path(find_mpiexec()).with_name("ompi_info"))
     seen = {}
     for value in ("0", "1"):
@@ -154,3 +157,10 @@ def test_mpi_ranks_on_a_shared_machine_yield_while_they_wait():
     assert seen["1"] == {"mca:mpi:base:param:mpi_yield_when_idle:value": "true",
                          "mca:mpi:base:param:mpi_yield_when_idle:source": "environment"}, seen
     assert seen["0"]["mca:mpi:base:param:mpi_yield_when_idle:value"] == "false", seen
+    # libgomp, bundled with torch, prints the settings it runs with when asked (OMP_DISPLAY_ENV).
+    use_threads = "import torch; torch.set_num_threads(2); torch.ones(64, 64).sum()"
+    for policy in ("PASSIVE", "ACTIVE"):
+        done = subprocess.run([sys.executable, "-c", use_threads],
+                              capture_output=True, text=True, timeout=120, check=True,
+                              env={**os.environ, wait_env: policy, "OMP_DISPLAY_ENV": "true"})
+        assert f"OMP_WAIT_POLICY = '{policy}'" in done.stdout + done.stderr, done.stdout + done.stderr
