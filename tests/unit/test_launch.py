@@ -133,6 +133,17 @@ def test_commands_follow_the_launcher():
     assert one == [sys.executable, "-m", "workers.payloads.train", "--workdir", "/w"]
 
 
+@pytest.mark.parametrize(("gpus", "ranks", "backend"),
+                         [(0, 1, "gloo"), (0, 4, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (4, 4, "nccl"),
+                          (4, 8, "gloo")])
+def test_train_ranks_get_nccl_only_with_a_gpu_each(gpus, ranks, backend):
+    """nccl refuses two ranks on one GPU (bench/gpu_check.py saw it on the device machine): ranks beyond the node's
+    GPUs share them over gloo; without a GPU, gloo on the CPU."""
+    from workers.payloads.train import placement
+
+    assert placement(gpus, ranks) == backend
+
+
 def test_cli_runs_a_payload_and_copies_its_outputs(tmp_path):
     runner = CliRunner()
     result = runner.invoke(app, ["payload", "run", "logistic", "--param", "r=3.9", "--param", "steps=500",

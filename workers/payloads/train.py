@@ -5,6 +5,7 @@ split once into 75 % train / 25 % test with a fixed seed, stratified. Under
 torchrun with several processes it trains with DistributedDataParallel (gloo on
 CPU, nccl on CUDA; the device is chosen automatically): every rank walks the
 same per-epoch permutation and takes its own slice of each global batch.
+More ranks on a node than it has GPUs share them over gloo (``placement``).
 
 Checkpoints (``ckpt/state.pt``) hold the model, the optimizer, every rank's RNG
 states (torch, numpy, python), the epoch, the batch within it, the epoch's
@@ -52,23 +53,25 @@ class Dist:
     world: int = 1
     device: Any = None
     backend: str = ""
+    gpus: int = 0  # GPUs this process sees (CUDA_VISIBLE_DEVICES)
 
     @classmethod
     def start(cls) -> Dist:
         import torch
 
         world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-        cuda = torch.cuda.is_available()
-        device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}" if cuda else "cpu")
-        if cuda:
+        local_rank, local_world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        device = torch.device(f"cuda:{local_rank % gpus}" if gpus else "cpu")
+        if gpus:
             torch.cuda.set_device(device)
         backend = ""
         if world > 1:
             import torch.distributed as dist
 
-            backend = "nccl" if cuda else "gloo"
+            backend = placement(gpus, local_world)
             dist.init_process_group(backend, init_method="env://")
-        return cls(rank, world, device, backend)
+        return cls(rank, world, device, backend, gpus)
 
     def sum(self, values: list[float]) -> list[float]:
         if self.world == 1:
@@ -88,6 +91,14 @@ class Dist:
         out: list[Any] = [None] * self.world
         dist.all_gather_object(out, obj)
         return out
+
+
+def placement(gpus: int, local_ranks: int) -> str:
+    """The process group's backend for ``local_ranks`` ranks on a node with ``gpus`` visible GPUs. nccl needs a
+    GPU of its own for each rank (it refuses two ranks on one device), so ranks beyond the node's GPUs share
+    them round robin (rank i on GPU i mod gpus) and talk over gloo, which reduces CUDA tensors too; no GPU:
+    gloo on the CPU."""
+    return "nccl" if gpus and local_ranks <= gpus else "gloo"
 
 
 @dataclass
@@ -342,7 +353,8 @@ def metrics(ctx: Context, d: Dist, p: TrainParams, model, st: State, clock: Cloc
             "test_loss": h["test_loss"][-1] if h["test_loss"] else None,
             "samples_per_second": samples / clock.train_s if clock.train_s > 0 else None, "train_s": clock.train_s,
             "loop_s": clock.loop_s, "checkpoint_s": clock.checkpoint_s, "samples_trained": samples,
-            "device": str(d.device), "backend": d.backend or None, "world_size": d.world, "arch": p.arch,
+            "device": str(d.device), "backend": d.backend or None, "gpus_visible": d.gpus, "world_size": d.world,
+            "arch": p.arch,
             "parameters": sum(x.numel() for x in _unwrap(model).parameters()),
             "checkpoints_written": clock.written,
             "checkpoints_total": (read_progress(ctx.ckpt_dir) or {}).get("count", 0),
