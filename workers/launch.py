@@ -25,7 +25,7 @@ from upwell import shape
 from upwell.errors import ConfigError, InputRejected
 from upwell.messages import WorkItem
 from upwell.payloads import builtin as registry
-from workers import gang
+from workers import gang, gpus
 from workers.gang import node_cores
 from workers.payload_process import GRACE_S, TICK_S, Outcome, start, supervise
 from workers.payloads.common import EXIT_BAD_INPUT, EXIT_FILE, METRICS_FILE, read_progress
@@ -57,14 +57,17 @@ definition's command runs in its image through Apptainer (``workers.gang.contain
     if ranks and loaded.definition.launcher.kind == "mpi":
         item = dataclasses.replace(item, ranks=int(ranks) * max(1, int(item.nodes)))
     shape.check_cores(shape.of_item(item), node_cores(), where="this node")  # at dispatch, as at submit
-    if not loaded.definition.module:
-        result = run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
-                                on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock, apptainer=apptainer)
-    else:
-        result = _run_module(registry.spec_of(loaded.definition), item, workdir, input_path=input_path,
-                             resume_dir=resume_dir, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
-                             grace_s=grace_s, clock=clock)
-        result.definition = provenance(loaded)
+    with gpus.node().lease(int(item.gpus)) as chosen:  # the node's GPUs this shard may use (workers.gpus)
+        if not loaded.definition.module:
+            result = run_definition(loaded, item, workdir, input_path=input_path, resume_dir=resume_dir, stop=stop,
+                                    on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s, clock=clock,
+                                    apptainer=apptainer, gpu_ids=chosen)
+        else:
+            result = _run_module(registry.spec_of(loaded.definition), item, workdir, input_path=input_path,
+                                 resume_dir=resume_dir, stop=stop, on_tick=on_tick, timeout_s=timeout_s,
+                                 tick_s=tick_s, grace_s=grace_s, clock=clock, gpu_ids=chosen)
+            result.definition = provenance(loaded)
+    result.gpus = list(chosen or [])
     if int(item.nodes) > 1:  # the allocation's hosts, as Slurm or Batch lists them, for the result's provenance
         result.hosts = allocation_hosts(int(item.nodes))
     return result
@@ -89,7 +92,8 @@ def resolve(item: WorkItem, definitions=None):
 
 def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, input_path: Path | None,
                 resume_dir: Path | None, stop: threading.Event | None, on_tick: Callable[[], None] | None,
-                timeout_s: float | None, tick_s: float, grace_s: float, clock: NodeClock | None) -> LaunchResult:
+                timeout_s: float | None, tick_s: float, grace_s: float, clock: NodeClock | None,
+                gpu_ids: list[str] | None = None) -> LaunchResult:
     workdir = Path(workdir).resolve()
     params = validate_params(spec, item.params)
     if spec.needs_input and input_path is None:
@@ -102,7 +106,7 @@ def _run_module(spec: registry.PayloadSpec, item: WorkItem, workdir: Path, *, in
     command = build_command(spec, item, workdir)
     started = time.monotonic()
     forkable = spec.launcher == "python" or (spec.launcher == "torchrun" and max(1, int(item.ranks)) == 1)
-    proc, streams = start(command, workdir, child_env(spec, item), warm_ok=forkable,
+    proc, streams = start(command, workdir, child_env(spec, item, gpu_ids), warm_ok=forkable,
                           shield_mpiexec=shield_mpiexec(spec.launcher))
     outcome = supervise(proc, stop=stop, on_tick=on_tick, timeout_s=timeout_s, tick_s=tick_s,
                         grace_s=grace_s, stop_signal=stop_signal_for(spec, item), clock=clock)
@@ -161,8 +165,8 @@ def stop_signal_for(spec: registry.PayloadSpec, item: WorkItem) -> signal.Signal
     return signal.SIGUSR1 if spec.launcher == "mpi" else signal.SIGTERM
 
 
-def child_env(spec: registry.PayloadSpec, item: WorkItem) -> dict[str, str]:
-    env = dict(os.environ)
+def child_env(spec: registry.PayloadSpec, item: WorkItem, gpu_ids: list[str] | None = None) -> dict[str, str]:
+    env = gpus.visible(dict(os.environ), gpu_ids)
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     ranks = max(1, int(item.ranks))

@@ -79,6 +79,7 @@ def document(item: WorkItem, status: str, *, shard: ShardRow, job: JobRow, node:
             "packages": provenance.packages(),
             "trace_id": item.trace_id,
             "hosts": list(getattr(launch, "hosts", None) or []),  # a gang's allocation (workers.gang)
+            "gpus": list(getattr(launch, "gpus", None) or []),  # the node's GPUs it was given (workers.gpus)
         },
         "report": definition.get("report") or {},
         "error": error,

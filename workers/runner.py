@@ -44,7 +44,7 @@ from upwell.payloads import params as payload_params
 from upwell.payloads.argv import command_argv, values_for
 from upwell.payloads.definition import Definition, Launcher, render
 from upwell.payloads.validate import Loaded
-from workers import checkpoints, gang
+from workers import checkpoints, gang, gpus
 from workers.payload_process import TAIL_BYTES, TICK_S, start, supervise
 from workers.procs import shield_mpiexec
 from workers.workdir import LaunchResult, log_line, output_bytes, prepare_workdir, read_json
@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 STEP_TIMEOUT_S = 600.0
 
 
-def _env(d: Definition, item: WorkItem) -> dict[str, str]:
-    env = dict(os.environ)
+def _env(d: Definition, item: WorkItem, gpu_ids: list[str] | None = None) -> dict[str, str]:
+    env = gpus.visible(dict(os.environ), gpu_ids)
     env.setdefault("OMP_NUM_THREADS", str(d.resources.cpus))
     env.update(d.env)
     if d.launcher.kind == "mpi" and hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -144,10 +144,12 @@ class _Attempt:
 def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path: Path | None = None,
                    resume_dir: Path | None = None, stop: threading.Event | None = None,
                    on_tick: Callable[[], None] | None = None, timeout_s: float | None = None,
-                   tick_s: float = TICK_S, clock: NodeClock | None = None, apptainer: bool = False) -> LaunchResult:
+                   tick_s: float = TICK_S, clock: NodeClock | None = None, apptainer: bool = False,
+                   gpu_ids: list[str] | None = None) -> LaunchResult:
     """Run one attempt of ``item`` with definition ``loaded``; InputRejected for bad params or input.
     ``clock``: the node clock that watches the tool for CPU wait (``workers.supervision``); None: nothing.
     ``apptainer``: run the command in the definition's image through Apptainer (the pool's option).
+    ``gpu_ids``: the node's GPUs the shard was given (``workers.gpus``); None leaves the environment's.
     A resume that fails without writing a newer checkpoint means the tool could not read it: the checkpoint
     is dropped and the command runs once more from a fresh start, and the result says so."""
     d = loaded.definition
@@ -159,7 +161,7 @@ def run_definition(loaded: Loaded, item: WorkItem, workdir: Path, *, input_path:
                     launcher=d.launcher.kind)
     values = values_for(d, item, workdir, params)
     _write_inputs(d, workdir, values, input_path)
-    started, env = time.monotonic(), _env(d, item)
+    started, env = time.monotonic(), _env(d, item, gpu_ids)
     restored = _verified(d, checkpoints.restore(d, workdir), workdir, values, env)
     ended = functools.partial(_result, loaded, workdir, started=started, restored=restored,
                               version=tool_version(loaded, workdir, values, env))

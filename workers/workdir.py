@@ -43,6 +43,7 @@ class LaunchResult:
     definition: dict[str, Any] = field(default_factory=dict)  # name, version, sha256, image digest (provenance)
     cpu_wait_s: float = 0.0  # how long the payload waited for a CPU it was ready to use (the node clock's watch)
     hosts: list[str] = field(default_factory=list)  # a gang's: the allocation's hosts its ranks ran over (workers.gang)
+    gpus: list[str] = field(default_factory=list)  # the node's GPUs the shard was given (workers.gpus); []: none
     cpu_s: float | None = None  # the payload's CPU seconds (user + system, its children included; workers.procs.Usage)
     max_rss_mb: float | None = None  # its largest process's peak resident set, MiB
 

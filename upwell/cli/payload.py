@@ -279,7 +279,8 @@ def _definitions(name: str):
 def run(name: str = typer.Argument(..., help="a payload name, or a definition file (FILE.yaml) not pushed yet"),
         param: list[str] = typer.Option([], "--param", "-p", help="parameter as key=value (repeatable)"),
         ranks: int = typer.Option(1, min=1, max=256, help="MPI ranks or torchrun processes"),
-        gpus: int = typer.Option(0, min=0, help="GPUs requested (informational on this machine)"),
+        gpus: int = typer.Option(0, min=0, help="GPUs the payload is given, that many of this machine's "
+                                 "(CUDA_VISIBLE_DEVICES)"),
         input_path: Path | None = typer.Option(None, "--input", exists=True, dir_okay=False,
                                                help="input file for payloads that need one"),
         out: Path | None = typer.Option(None, help="copy out/, ckpt/ and payload.log here"),

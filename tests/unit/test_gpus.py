@@ -1,0 +1,75 @@
+"""The node's GPUs shared out among the shards that run on it at once (workers.gpus): where the list comes
+from, and which GPUs each shard is given."""
+
+from __future__ import annotations
+
+import stat
+import threading
+
+import pytest
+
+from workers import gpus
+from workers.gpus import GpuPool, node_gpus
+
+
+def test_the_node_list_comes_from_upwell_gpus_then_the_agents_own_cuda_visible_devices():
+    assert node_gpus({"UPWELL_GPUS": "0,1, 2,3", "CUDA_VISIBLE_DEVICES": "5"}) == ["0", "1", "2", "3"]
+    assert node_gpus({"UPWELL_GPUS": "none", "CUDA_VISIBLE_DEVICES": "5"}) == []
+    # Slurm's allocation (or a container runtime's list) is kept as it names the GPUs: a subset stays valid
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["2", "3"]
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": "GPU-8f1c,GPU-22ab"}) == ["GPU-8f1c", "GPU-22ab"]
+    assert node_gpus({"CUDA_VISIBLE_DEVICES": ""}) == [] and node_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == []
+
+
+def test_otherwise_nvidia_smi_lists_them_and_a_node_without_it_has_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert node_gpus({}) == []  # no nvidia-smi on PATH
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$1 $2" = "--query-gpu=index --format=csv,noheader" ] || exit 9\n'
+                   'printf "0\\n1\\n2\\n"\n')
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    assert node_gpus({}) == ["0", "1", "2"]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")  # a driver that is not loaded
+    assert node_gpus({}) == []
+
+
+def test_each_slot_gets_gpus_of_its_own_and_gives_them_back():
+    pool = GpuPool(["0", "1", "2", "3"])
+    with pool.lease(1) as a, pool.lease(1) as b, pool.lease(2) as c:
+        assert (a, b, c) == (["0"], ["1"], ["2", "3"])
+        with pool.lease(1) as d:  # more shards than GPUs: the least held is shared, never a failure
+            assert d == ["0"] and pool.held == {"0": 2, "1": 1, "2": 1, "3": 1}
+    assert pool.held == dict.fromkeys("0123", 0)
+    with pytest.raises(RuntimeError), pool.lease(3) as e:
+        assert e == ["0", "1", "2"]
+        raise RuntimeError("the payload's launch failed")
+    assert pool.held == dict.fromkeys("0123", 0)  # given back all the same
+    with pool.lease(8) as f:  # asked for more than the node has: all of them
+        assert f == ["0", "1", "2", "3"]
+
+
+def test_a_shard_that_asks_for_none_or_a_node_without_gpus_leaves_the_environment_alone():
+    for pool, wanted in ((GpuPool(["0", "1"]), 0), (GpuPool([]), 1)):
+        with pool.lease(wanted) as chosen:
+            assert chosen is None
+            env = {"CUDA_VISIBLE_DEVICES": "7", "PATH": "/bin"}
+            assert gpus.visible(dict(env), chosen) == env
+    assert gpus.visible({"PATH": "/bin"}, ["1", "3"]) == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1,3"}
+
+
+def test_slots_leasing_at_once_from_their_threads_never_share_while_gpus_are_free():
+    pool, seen, lock = GpuPool([str(i) for i in range(8)]), [], threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def slot() -> None:
+        with pool.lease(1) as mine:
+            with lock:
+                seen.append(mine[0])
+            barrier.wait(10)  # all eight hold theirs at once
+
+    threads = [threading.Thread(target=slot) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert sorted(seen) == [str(i) for i in range(8)] and pool.held == {str(i): 0 for i in range(8)}

@@ -1,0 +1,91 @@
+"""The node's GPUs, shared out among the shards that run on it at once.
+
+On Azure Batch a container task is given every GPU of its node ("Batch will automatically enable GPU for
+container tasks"), a VM Scale Set's agent runs with ``--gpus all``, and a Slurm job sees the GPUs of its
+allocation. With several slots on one node (the pool's tasks per node), every shard would then find the same
+first GPU and leave the others idle while they are billed. So a shard that asks for ``gpus: n`` is given n of
+the node's GPUs of its own, through ``CUDA_VISIBLE_DEVICES``: the n that the fewest running shards hold (a
+node asked for more than it has shares them rather than failing). A shard that asks for none is left as it
+is: it sees what the node sees, as a payload that uses a GPU only when there is one expects.
+
+The node's GPUs, in this order: ``UPWELL_GPUS`` ("0,1,2,3", or "none"), the ``CUDA_VISIBLE_DEVICES`` the
+agent itself was given (Slurm's allocation), else the indices ``nvidia-smi`` lists; none where there is no
+``nvidia-smi``. The ids are passed on as the agent's environment names them, so a subset stays valid there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+VISIBLE = "CUDA_VISIBLE_DEVICES"
+
+
+def node_gpus(env: Mapping[str, str] | None = None) -> list[str]:
+    """The ids of this node's GPUs (see the module docstring); [] for a node without one."""
+    env = os.environ if env is None else env
+    for name in ("UPWELL_GPUS", VISIBLE):
+        if name in env:
+            ids = [g.strip() for g in env[name].split(",") if g.strip()]
+            return [] if ids in ([], ["none"], ["-1"]) else ids
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+class GpuPool:
+    """The node's GPUs and how many running shards hold each. State: the count per id, under a lock (the
+    agent's slots take and give back from their own threads)."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = list(ids)
+        self.held = dict.fromkeys(self.ids, 0)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def lease(self, wanted: int) -> Iterator[list[str] | None]:
+        """The GPUs a shard that asks for ``wanted`` runs on, held until it ends; None: leave its environment
+        as it is (it asks for none, or the node has none)."""
+        if wanted <= 0 or not self.ids:
+            yield None
+            return
+        with self._lock:  # the least held first; among equals, the node's order
+            chosen = sorted(self.ids, key=lambda g: (self.held[g], self.ids.index(g)))[:wanted]
+            for g in chosen:
+                self.held[g] += 1
+        try:
+            yield chosen
+        finally:
+            with self._lock:
+                for g in chosen:
+                    self.held[g] -= 1
+
+
+def visible(env: dict[str, str], chosen: list[str] | None) -> dict[str, str]:
+    """``env`` with the shard's GPUs made the only ones its payload sees (unchanged for None)."""
+    if chosen is not None:
+        env[VISIBLE] = ",".join(chosen)
+    return env
+
+
+_NODE: GpuPool | None = None
+_NODE_LOCK = threading.Lock()
+
+
+def node() -> GpuPool:
+    """This process's pool of the node's GPUs, read once."""
+    global _NODE
+    with _NODE_LOCK:
+        if _NODE is None:
+            _NODE = GpuPool(node_gpus())
+        return _NODE
