@@ -11,7 +11,9 @@ definition, as the CPU tests in ``tests/integration/test_train.py`` do:
    re-queued shard lands on a CPU node: it must load (``map_location``) and finish at the accuracy.
 4. ``ddp``: two ranks under torchrun on a node with fewer GPUs than ranks: they share the GPU over gloo
    (``workers.payloads.train.placement``), stop, and resume on one rank.
-5. ``nccl``: the collectives the payload calls (``all_reduce`` of float64, ``all_gather_object``) on NCCL with
+5. ``lease``: the agent's list of the node's GPUs (``workers.gpus``, from ``nvidia-smi``) is what torch sees,
+   and the shard that asked for one GPU was given GPU 0 (``CUDA_VISIBLE_DEVICES``).
+6. ``nccl``: the collectives the payload calls (``all_reduce`` of float64, ``all_gather_object``) on NCCL with
    one rank a GPU; and, noted rather than checked, whether NCCL takes two ranks on one GPU (the reason for step
    4's placement).
 
@@ -39,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from upwell.messages import WorkItem  # noqa: E402
+from workers.gpus import node_gpus  # noqa: E402
 from workers.launch import run_payload  # noqa: E402
 
 LONG_EPOCHS = 40
@@ -123,9 +126,10 @@ def run_checks(root: Path, checks: Checks) -> None:
     full = run_payload(item({}), root / "full")
     m = full.metrics or {}
     checks.add("run", full.status == "succeeded" and m.get("device") == want and m.get("test_accuracy", 0) >= 0.95,
-               f"{full.status} on {m.get('device')} (gpus visible {m.get('gpus_visible')}); test accuracy "
+               f"{full.status} on {m.get('device')} (given GPUs {full.gpus}, visible {m.get('gpus_visible')}); "
+               "test accuracy "
                f"{m.get('test_accuracy')}; {m.get('samples_per_second', 0) or 0:,.0f} samples/s; "
-               f"{time.monotonic() - started:.1f} s in all", tail=full.stderr_tail[-2000:])
+               f"{time.monotonic() - started:.1f} s in all", gpus=full.gpus, tail=full.stderr_tail[-2000:])
 
     # Long enough that the stop lands well before the end on a GPU, where an epoch takes milliseconds.
     long = {"epochs": LONG_EPOCHS}
@@ -214,6 +218,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         run_checks(Path(tmp), checks)
     if gpus:
+        listed = node_gpus({})  # nvidia-smi's list, as an agent with no UPWELL_GPUS reads it
+        given = [r.get("gpus") for r in checks.rows if r["check"] == "run"]
+        checks.add("lease", len(listed) == gpus and given == [["0"]],
+                   f"nvidia-smi lists {listed}, torch sees {gpus}; the shard asking for one was given {given}")
         ok, out = nccl_world([0])
         checks.add("nccl", ok, "one rank on GPU 0: all_reduce float64 and all_gather_object "
                    + ("ran" if ok else "FAILED"), tail=out)

@@ -72,9 +72,12 @@ class GpuPool:
 
 
 def visible(env: dict[str, str], chosen: list[str] | None) -> dict[str, str]:
-    """``env`` with the shard's GPUs made the only ones its payload sees (unchanged for None)."""
+    """``env`` with the shard's GPUs made the only ones its payload sees (unchanged for None). CUDA numbers
+    devices fastest first unless told otherwise; ``nvidia-smi`` numbers them in PCI bus order, so the ids mean
+    the same GPUs to both only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` (kept where the node sets its own)."""
     if chosen is not None:
         env[VISIBLE] = ",".join(chosen)
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return env
 
 

@@ -54,7 +54,10 @@ def test_a_shard_that_asks_for_none_or_a_node_without_gpus_leaves_the_environmen
             assert chosen is None
             env = {"CUDA_VISIBLE_DEVICES": "7", "PATH": "/bin"}
             assert gpus.visible(dict(env), chosen) == env
-    assert gpus.visible({"PATH": "/bin"}, ["1", "3"]) == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1,3"}
+    # nvidia-smi's numbers are PCI bus order; CUDA's are that order only when asked (a node's own choice kept)
+    assert gpus.visible({"PATH": "/bin"}, ["1", "3"]) == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1,3",
+                                                          "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert gpus.visible({"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, ["0"])["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
 
 
 def test_slots_leasing_at_once_from_their_threads_never_share_while_gpus_are_free():
