@@ -1,4 +1,4 @@
-"""The training payload's GPU path, checked on a machine with CUDA (the device machine; CI has no GPU).
+"""The training payload's GPU path, checked on a machine with CUDA (CI has none; the figures are in bench/README.md).
 
 Each step goes through ``workers.launch.run_payload``, the agent's own launcher, with the built-in train-torch
 definition, as the CPU tests in ``tests/integration/test_train.py`` do:

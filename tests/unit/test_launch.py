@@ -137,7 +137,7 @@ def test_commands_follow_the_launcher():
                          [(0, 1, "gloo"), (0, 4, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (4, 4, "nccl"),
                           (4, 8, "gloo")])
 def test_train_ranks_get_nccl_only_with_a_gpu_each(gpus, ranks, backend):
-    """nccl refuses two ranks on one GPU (bench/gpu_check.py saw it on the device machine): ranks beyond the node's
+    """nccl refuses two ranks on one GPU (bench/gpu_check.py saw it on an H200, NCCL 2.28.9): ranks beyond the node's
     GPUs share them over gloo; without a GPU, gloo on the CPU."""
     from workers.payloads.train import placement
 
