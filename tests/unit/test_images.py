@@ -140,6 +140,10 @@ def test_gpu_image_torch_matches_the_pinned_torch():
     assert image.endswith("pytorch/pytorch") and "cuda" in tag
     assert tag.split("-")[0] == ALL_PINS["torch"]
     assert {"scikit-learn", "numpy", "pydantic"} <= installed("gpu")
+    # nvidia-smi, which the agent lists the node's GPUs with (workers.gpus), is mounted with "utility" only
+    env = " ".join(of(IMAGES["gpu"], "ENV"))
+    caps = re.search(r"NVIDIA_DRIVER_CAPABILITIES=(\S+)", env)
+    assert caps and {"compute", "utility"} <= set(caps[1].split(",")), env
 
 
 @pytest.mark.parametrize("image", IMAGES)
