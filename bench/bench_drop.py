@@ -8,6 +8,9 @@ away), and ingests a fresh upload of it (validate, shard, ledger rows, work item
 
 - ingest ÷ plain download (goal ≥ 0.9): each download is paired with the ingest that follows it, so both see
   the same load, and the ratio is the median of the pairs' ratios (the best seconds of each: ``best_ratio``).
+  The ingest's time is split where its read of the drop ends (``ReadClock``): ``read_ratio`` is the plain
+  download over the read alone (download, check, cut), ``tail_s`` what follows (the job's row, the shard rows,
+  one work item a shard, the lease's finish).
   The CPU seconds of each are recorded too, this process's (``cpu_s``) and Azurite's (``azurite_cpu_s``): on
   a machine busy with other work the wall clock tends to the CPU seconds, so ``cpu_ratio`` (plain ÷ ingest,
   both processes counted) is what the wall-clock ratio becomes under full load; ``load`` is the 1-minute
@@ -122,15 +125,37 @@ def settle(pid: int, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
             return
 
 
+class ReadClock:
+    """When an ingest's read of the drop ends (``InputSharder.instrument`` returns: every byte downloaded,
+    checked and cut into shards); what follows is the job's record: its row, the shard rows, a work item a
+    shard, the lease's finish."""
+
+    def __init__(self) -> None:
+        from upwell.ingest.shardinputs import InputSharder
+
+        self.ended = 0.0
+        real, clock = InputSharder.instrument, self
+
+        def instrument(*args, **kwargs):
+            try:
+                return real(*args, **kwargs)
+            finally:
+                clock.ended = time.perf_counter()
+
+        InputSharder.instrument = instrument
+
+
 def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
     """In its own process: plain download and ingest, in turn, ``repeat`` times; the figures."""
     from upwell.ingest.ingestor import Ingestor
     from upwell.settings import Settings
 
+    read = ReadClock()
     store = Storage(conn)
     ingestor = Ingestor(store, Settings())
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     plain, ingest, written, shards, cpu = [], [], [], 0, {"plain": [], "ingest": []}
+    read_s = []
     az, load = {"plain": [], "ingest": []}, []
     for r in range(repeat):
         name = f"benchdrop/{source.stem}-{r}-{time.time_ns()}.csv"
@@ -148,6 +173,7 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
             t, c, a = time.perf_counter(), time.process_time(), tree_cpu(azurite_pid)
             out = ingestor.ingest(name)
             ingest.append(time.perf_counter() - t)
+            read_s.append(read.ended - t)
             cpu["ingest"].append(time.process_time() - c)
             az["ingest"].append(tree_cpu(azurite_pid) - a)
         load.append(os.getloadavg()[0])
@@ -155,7 +181,8 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
             raise SystemExit(f"ingest of {name}: {out.status}: {out.message}")
         written.append(meter.bytes)
         shards = out.shards
-    return {"bytes": size, "plain_s": plain, "ingest_s": ingest, "written_bytes": written, "shards": shards,
+    return {"bytes": size, "plain_s": plain, "ingest_s": ingest, "read_s": read_s, "written_bytes": written,
+            "shards": shards,
             "cpu_s": cpu, "azurite_cpu_s": az, "load": load,
             "rss_before_kb": rss_before, "rss_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
@@ -167,7 +194,8 @@ def run_size(conn: str, folder: Path, mb: int, repeat: int, azurite_pid: int) ->
         done = subprocess.run([sys.executable, __file__, "--child", conn, str(source), str(repeat),
                                str(azurite_pid)], check=True,
                               capture_output=True, text=True, cwd=HERE.parent,
-                              env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))})
     finally:
         source.unlink()
     f = json.loads(done.stdout.strip().splitlines()[-1])
@@ -175,6 +203,8 @@ def run_size(conn: str, folder: Path, mb: int, repeat: int, azurite_pid: int) ->
     cpu = [(f["cpu_s"][k][r] + f["azurite_cpu_s"][k][r] for k in ("plain", "ingest")) for r in range(repeat)]
     f.update(mb=mb, pair_ratios=pairs, ratio=statistics.median(pairs),
              best_ratio=min(f["plain_s"]) / min(f["ingest_s"]),
+             read_ratio=statistics.median(p / r for p, r in zip(f["plain_s"], f["read_s"], strict=True)),
+             tail_s=statistics.median(i - r for i, r in zip(f["ingest_s"], f["read_s"], strict=True)),
              cpu_ratio=statistics.median(p / i for p, i in cpu), written_ratio=max(f["written_bytes"]) / f["bytes"])
     return f
 
@@ -252,7 +282,8 @@ def main() -> None:
         pairs = ", ".join(f"{r:.2f}" for r in f["pair_ratios"])
         print(f"drop {f['mb']:>5} MB  ingest {min(f['ingest_s']):6.2f} s (runs {each})"
               f"  plain download {min(f['plain_s']):6.2f} s  ratio {f['ratio']:.3f} (pairs {pairs}; best "
-              f"{f['best_ratio']:.3f}; CPU {f['cpu_ratio']:.3f}; load {min(f['load']):.1f}-{max(f['load']):.1f})"
+              f"{f['best_ratio']:.3f}; CPU {f['cpu_ratio']:.3f}; load {min(f['load']):.1f}-{max(f['load']):.1f}; "
+              f"the read alone {f['read_ratio']:.3f}, then {f['tail_s']:.2f} s to record and enqueue)"
               "  peak RSS "
               f"{f['rss_peak_kb'] / 1024:.0f} MB (+{(f['rss_peak_kb'] - f['rss_before_kb']) / 1024:.0f})  "
               f"written {max(f['written_bytes']):,} B ({f['written_ratio']:.5f} of input), {f['shards']} shards")
