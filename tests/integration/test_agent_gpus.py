@@ -4,18 +4,24 @@ A node of two GPUs (``UPWELL_GPUS=0,1``, as ``nvidia-smi`` would list them) runs
 GPU each, two at a time. A registered definition's tool records the ``CUDA_VISIBLE_DEVICES`` it was started
 with: every shard sees exactly one GPU, two shards that ran at the same time never see the same one, and each
 result's provenance names the GPU it ran on. A shard that asks for none is started with the environment as the
-node has it."""
+node has it. And the local pool, whose nodes are agent processes on one machine, gives each node a share of the
+machine's GPUs of its own."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
+from pathlib import Path
 
 import yaml
 
 from tests.pipeline_helpers import ingest_manifest
 from upwell import names
 from upwell.payloads.registry import Registry
+from upwell.pools import process
+from upwell.pools.base import PoolSpec
+from upwell.pools.process import LocalPool, gpu_share
 from upwell.settings import Settings
 from workers import gpus
 from workers.agent import Agent, AgentConfig
@@ -66,3 +72,22 @@ def test_two_slots_on_two_gpus_each_see_one_of_their_own(store, tmp_path, monkey
     assert alone["status"] == "succeeded" and alone["metrics"]["visible"] is None, alone
     assert alone["provenance"]["gpus"] == []
     assert gpus.node().held == {"0": 0, "1": 0}  # every lease given back
+
+
+def test_local_nodes_on_one_machine_each_get_their_own_share_of_its_gpus(azurite, tmp_path):
+    assert gpu_share(list("0123"), 1, 2) == ["0", "2"] and gpu_share(list("0123"), 2, 2) == ["1", "3"]
+    assert gpu_share(list("0123"), 1, 1) == list("0123")  # one node: all of them
+    assert [gpu_share(["0", "1"], k, 3) for k in (1, 2, 3)] == [["0"], ["1"], ["0"]]  # fewer GPUs: round robin
+    env = {**os.environ, names.CONNECTION: azurite.connection_string, "UPWELL_GPUS": "0,1,2,3"}
+    pool = LocalPool(PoolSpec("gpu", backend="local", max_nodes=2), tmp_path, idle_exit_s=30, env=env)
+    try:
+        pool.scale_to(2)
+        given = {}
+        for wid, (pid, _) in pool._workers().items():
+            raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+            environ = dict(v.split("=", 1) for v in raw.split("\0") if "=" in v)
+            given[wid] = environ["UPWELL_GPUS"]
+        assert given == {"gpu-1": "0,2", "gpu-2": "1,3"}, given
+        assert all(process._CHILDREN[pid].poll() is None for pid, _ in pool._workers().values())
+    finally:
+        pool.close(timeout=15)

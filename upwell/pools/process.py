@@ -33,6 +33,7 @@ from upwell.pools.base import (
     warm_idle_exit_s,
     warm_wanted,
 )
+from workers.gpus import node_gpus
 from workers.procs import descendants  # the same /proc walk the agent uses for its strays
 
 REPO = REPO
@@ -72,6 +73,16 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def gpu_share(gpus: list[str], index: int, nodes: int) -> list[str]:
+    """The GPUs of this machine that local node ``index`` (from 1) of a pool of up to ``nodes`` is given: with
+    as many GPUs as nodes or more, every ``nodes``-th from its own, so the nodes never share one; with fewer,
+    one, round robin. Every local node is an agent process on the same machine, and each gives its own list out
+    to its slots: without a share of its own, two nodes would both give their first shards GPU 0."""
+    if len(gpus) >= nodes:
+        return [g for j, g in enumerate(gpus) if j % max(1, nodes) == (index - 1) % max(1, nodes)]
+    return [gpus[(index - 1) % len(gpus)]]
+
+
 class LocalPool(WorkerPool):
     """Local agent processes. Keeps only its spec, its state folder and the spawn settings."""
 
@@ -89,6 +100,7 @@ class LocalPool(WorkerPool):
         self.log_dir = self.dir.parent.parent / "logs"
         self.idle_exit_s = idle_exit_s
         self.env = env
+        self._gpus: list[str] | None = None  # this machine's GPUs, listed at the first spawn
 
     # -- observation -----------------------------------------------------------------
     def _workers(self) -> dict[str, tuple[int, str]]:
@@ -157,6 +169,10 @@ class LocalPool(WorkerPool):
                    UPWELL_POOL=self.spec.name, UPWELL_VM_SIZE=self.spec.vm_size, PYTHONUNBUFFERED="1",
                    UPWELL_SLOTS=str(agent_slots(self.spec)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+        if self._gpus is None:
+            self._gpus = node_gpus(env)
+        if self._gpus:  # each local node its own share of the machine's GPUs (workers.gpus gives them out)
+            env["UPWELL_GPUS"] = ",".join(gpu_share(self._gpus, index, self.spec.max_nodes))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         logfile = open(self.log_dir / f"worker-{wid}.log", "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen([sys.executable, "-m", "workers.agent", "--pool", self.spec.name,
