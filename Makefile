@@ -13,7 +13,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: install kernels demo test test-fast lint bench bench-scale clean
+.PHONY: install kernels demo test test-fast lint bench bench-scale gpu-check clean
 
 install: $(STAMP) $(NODE_STAMP) kernels
 
@@ -64,6 +64,10 @@ bench: install
 # The scale, drop and reconcile benches at issue 24's sizes (100,000 points, a 1 GB drop): about 16 minutes.
 bench-scale: install
 	@$(BIN)/python bench/run_all.py --plan scale
+
+# The training payload's GPU path (CUDA, nccl) on a machine with a GPU: six checks (bench/gpu_check.py).
+gpu-check: install
+	@$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf .upwell .pytest_cache .ruff_cache
