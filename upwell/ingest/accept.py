@@ -74,15 +74,30 @@ class JobAcceptor:
                 "shards_done": 0, "shards_failed": 0, "spent_usd": 0.0,
                 "code_version": self.settings.code_version}
 
+    def open_read(self, job: dict) -> tuple[IngestLease, bool] | None:
+        """An instrument drop's job row and lease, before its read (a multi-GB read shows at once, and a second
+        delivery meanwhile steps back): created, or an earlier delivery's lapsed one taken over. Returns the
+        lease and whether this ingest created the row (no shard of it can exist then); None when the job has
+        moved on. Raises IngestLeased while another ingest holds it. ``accept`` merges the rest of the job
+        into the row (its shard count, its resources) before any shard row or work item."""
+        lease = IngestLease(self.ledger, job["job_id"], self.settings.ingest_lease_s)
+        _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
+        if created:
+            return lease, True
+        if lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""}) is None:
+            return None
+        return lease, False
+
     def accept(self, job: dict, shards: Sized, spec, resources, bound, history: Future | None = None,
-               select: tuple[str, ...] = ()) -> int:
+               select: tuple[str, ...] = (), opened: tuple[IngestLease, bool] | None = None) -> int:
         """Check, record and enqueue the job's ``shards`` (a sized, re-iterable sequence of ``(shard id,
         params, input blob, sha256[, byte range])``: a list, or a grid made lazily, ``upwell.ingest.fanout``);
         returns how many the job has. ``history``: the node time learned from earlier results, already asked
         for. ``select``: the artifact globs staged with a folder input (a reduce's, upwell.after.reduce).
 
         The job row is written first (status "ingesting", with ``shards_total``), so progress shows at once;
-        then every point and work item is checked and the job priced, before any shard row or message."""
+        then every point and work item is checked and the job priced, before any shard row or message.
+        ``opened``: the row and lease ``open_read`` made before the drop was read."""
         job_id, total = job["job_id"], len(shards)
         if not total:
             raise InputRejected("the job has no shards", field="grid")
@@ -97,9 +112,9 @@ class JobAcceptor:
         job.update(ranks=resources.ranks, nodes=resources.nodes, gpus=resources.gpus, shards_total=total)
         _blocks(job, shards)
         make = _Items(job, spec, resources, self.settings.max_message_bytes, select)
-        lease = IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
+        lease = opened[0] if opened else IngestLease(self.ledger, job_id, self.settings.ingest_lease_s)
         try:
-            started = self._open(job, lease)
+            started = self._open(job, lease, fresh=opened[1] if opened else None)
             if started is None:
                 bound.info("ingest.moved_on", detail="the job left ingesting while this delivery checked it")
                 return total
@@ -149,17 +164,19 @@ class JobAcceptor:
                            points=points, manifest_s=per_point, spot=bool(job["spot"]),
                            resources=resources, history=history)
 
-    def _open(self, job: dict, lease: IngestLease) -> set[str] | None:
+    def _open(self, job: dict, lease: IngestLease, fresh: bool | None = None) -> set[str] | None:
         """The job row: created with the lease, or the earlier one taken over and brought up to date. The
-        shards an agent has already taken (a re-drive sends them no message); None: the job has moved on."""
+        shards an agent has already taken (a re-drive sends them no message); None: the job has moved on.
+        ``fresh``: the row exists already, held by ``lease`` (``open_read``), True when this ingest made it."""
         job_id = job["job_id"]
-        _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
-        if created:
-            return set()
+        if fresh is None:
+            _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
+            if created:
+                return set()
         held = lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""})
         if held is None:
             return None
-        return {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
+        return set() if fresh else {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
 
     def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> tuple[str, list[str], str]:
         """One queued row per shard, ROWS_PER_BEAT at a time (rows that exist are left alone), renewing the

@@ -194,10 +194,19 @@ class Ingestor:
         job = self.acceptor.job_row(job_id, name, props, m, pool,
                                     manifests.manifest_hash(rule.model_dump_json().encode()), spec)
         job.update(after_spec.row_fields(None, spec.definition.reduce, rule.notify))
-        # the node-time history is read while the file is parsed
-        history = reads.submit(self.acceptor.history, job) if reads is not None else None
-        shards = self._sharder(job).instrument(job_id, name, rule, opened)
-        count = self.acceptor.accept(job, shards, spec, manifests.Resources(), bound, history)
+        held = self.acceptor.open_read(job)  # the job shows, and holds its lease, while the drop is read
+        if held is None:
+            return Outcome(job_id, "duplicate", message="the job moved on while this delivery started")
+        try:
+            # the node-time history is read while the file is parsed
+            history = reads.submit(self.acceptor.history, job) if reads is not None else None
+            shards = self._sharder(job).instrument(job_id, name, rule, opened, beat=held[0].renew)
+        except (InputRejected, IngestLeased):
+            raise  # a refused drop's row becomes its rejection (quarantine); a lease taken over is not ours
+        except Exception:
+            held[0].release()
+            raise
+        count = self.acceptor.accept(job, shards, spec, manifests.Resources(), bound, history, opened=held)
         return Outcome(job_id, "accepted", count)
 
 

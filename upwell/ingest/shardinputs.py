@@ -12,6 +12,7 @@ under shards/<job>/.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from upwell import names
@@ -29,6 +30,10 @@ from upwell.payloads import params as payload_params
 from upwell.settings import Settings
 from upwell.shardref import ShardRef
 from upwell.storage import BlobChunks, Storage
+
+
+def _quiet(_sent: int) -> None:
+    """No lease to renew (a manifest's data files, a check of a submission)."""
 
 
 class InputSharder:
@@ -65,18 +70,20 @@ class InputSharder:
             yield from uploads.shards
 
     def instrument(self, job_id: str, name: str, rule: manifests.PipelineRule,
-                   opened: Future | None = None) -> list[tuple]:
+                   opened: Future | None = None, beat: Callable[[int], None] = _quiet) -> list[tuple]:
         """The shards of the instrument drop incoming/<name> under ``rule``; ``opened``: its chunks already
-        asked for."""
+        asked for. ``beat(0)`` is called as the read goes on (a shard cut, a chunk hashed): the ingest's lease
+        renews itself there (``IngestLease.renew``, a write once a sixth of the lease has passed)."""
         source = f"{names.INCOMING}/{name}"
         if rule.format == "binary":
-            return [("s00000", dict(rule.params), source, self._binary_sha256(name, opened))]
+            return [("s00000", dict(rule.params), source, self._binary_sha256(name, opened, beat))]
         options = CsvOptions(rule.delimiter, rule.comment, tuple(rule.missing))
         chunks = None if rule.format == "parquet" else self._open(source, opened)
         with ShardUploads(self.storage) as uploads:
             for shard in self._stream(source, chunks, rule.shard, rule.columns, fmt=rule.format, options=options):
                 self._keep(uploads, job_id, shard.index, shard, (f"s{shard.index:05d}", dict(rule.params)), source,
                            chunks, options)
+                beat(0)
         return uploads.shards
 
     def _keep(self, uploads: ShardUploads, job_id: str, index: int, shard: Shard | ParquetShard, row: tuple,
@@ -110,13 +117,14 @@ class InputSharder:
                                 "themselves", field=f"data[{i}]")
         return ShardRef(0, props.size, props.etag, str(getattr(props, "version_id", None) or "")).to_dict()
 
-    def _binary_sha256(self, name: str, opened: Future | None = None) -> str:
+    def _binary_sha256(self, name: str, opened: Future | None = None, beat: Callable[[int], None] = _quiet) -> str:
         """A binary file passes through whole: it is only read for its digest, never parsed or copied."""
         head, digest = b"", hashlib.sha256()
         for chunk in opened.result() if opened is not None else self.storage.chunks(f"{names.INCOMING}/{name}"):
             if len(head) < 512:
                 head += chunk[:512]
             digest.update(chunk)
+            beat(0)
         kind = archive_kind(head)
         if kind:
             raise InputRejected(f"incoming/{name[:200]} is a {kind} archive; archives are not accepted: upload the "
