@@ -36,7 +36,10 @@ def one_cpu_with_hogs(hogs: int):
     """This process and its children on one CPU, with ``hogs`` busy loops beside them."""
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(before)})
-    procs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(hogs)]
+    # Each in a session of its own, as the payload is (workers.payload_process): with the kernel's autogroup
+    # scheduling on (sched_autogroup_enabled, the default of most distributions), CFS shares a CPU between
+    # sessions first, so hogs in this one session would leave the payload half of it, not a third.
+    procs = [subprocess.Popen([sys.executable, "-c", HOG], start_new_session=True) for _ in range(hogs)]
     try:
         _spinning(procs)
         yield
