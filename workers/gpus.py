@@ -60,7 +60,7 @@ class GpuPool:
             yield None
             return
         with self._lock:  # the least held first; among equals, the node's order
-            chosen = sorted(self.ids, key=lambda g: (self.held[g], self.ids.index(g)))[:wanted]
+            chosen = sorted(self.ids, key=self.held.__getitem__)[:wanted]  # stable: equals keep node order
             for g in chosen:
                 self.held[g] += 1
         try:

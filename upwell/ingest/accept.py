@@ -81,12 +81,8 @@ class JobAcceptor:
         moved on. Raises IngestLeased while another ingest holds it. ``accept`` merges the rest of the job
         into the row (its shard count, its resources) before any shard row or work item."""
         lease = IngestLease(self.ledger, job["job_id"], self.settings.ingest_lease_s)
-        _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
-        if created:
-            return lease, True
-        if lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""}) is None:
-            return None
-        return lease, False
+        created = self._hold(job, lease)
+        return None if created is None else (lease, created)
 
     def accept(self, job: dict, shards: Sized, spec, resources, bound, history: Future | None = None,
                select: tuple[str, ...] = (), opened: tuple[IngestLease, bool] | None = None) -> int:
@@ -168,15 +164,30 @@ class JobAcceptor:
         """The job row: created with the lease, or the earlier one taken over and brought up to date. The
         shards an agent has already taken (a re-drive sends them no message); None: the job has moved on.
         ``fresh``: the row exists already, held by ``lease`` (``open_read``), True when this ingest made it."""
-        job_id = job["job_id"]
         if fresh is None:
-            _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
-            if created:
+            fresh = self._hold(job, lease)
+            if fresh:  # created with every field of the job
                 return set()
-        held = lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""})
-        if held is None:
+        elif not self._merge(job, lease):  # open_read's row: the shard count and resources known since
             return None
-        return set() if fresh else {r.shard_id for r in self.ledger.shards(job_id) if r.status != ShardState.QUEUED}
+        if fresh is None:
+            return None
+        return set() if fresh else {r.shard_id for r in self.ledger.shards(job["job_id"])
+                                    if r.status != ShardState.QUEUED}
+
+    def _hold(self, job: dict, lease: IngestLease) -> bool | None:
+        """The job row created with ``lease`` (True), or an earlier one taken over with the job merged in
+        (False); None when the job has moved on."""
+        _, created = self.ledger.create_job(JobRow.from_entity({**job, **lease.fields()}))
+        if created:
+            return True
+        return False if self._merge(job, lease) else None
+
+    @staticmethod
+    def _merge(job: dict, lease: IngestLease) -> bool:
+        """Take (or keep) ``lease`` on the job row, merging ``job`` into it but for what a re-drive never
+        moves (KEPT); False when the job has moved on."""
+        return lease.take({**{k: v for k, v in job.items() if k not in KEPT}, "message": ""}) is not None
 
     def _write_rows(self, job: dict, shards: Iterable[tuple], lease: IngestLease) -> tuple[str, list[str], str]:
         """One queued row per shard, ROWS_PER_BEAT at a time (rows that exist are left alone), renewing the

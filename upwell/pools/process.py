@@ -78,8 +78,9 @@ def gpu_share(gpus: list[str], index: int, nodes: int) -> list[str]:
     as many GPUs as nodes or more, every ``nodes``-th from its own, so the nodes never share one; with fewer,
     one, round robin. Every local node is an agent process on the same machine, and each gives its own list out
     to its slots: without a share of its own, two nodes would both give their first shards GPU 0."""
+    nodes = max(1, nodes)
     if len(gpus) >= nodes:
-        return [g for j, g in enumerate(gpus) if j % max(1, nodes) == (index - 1) % max(1, nodes)]
+        return gpus[(index - 1) % nodes::nodes]
     return [gpus[(index - 1) % len(gpus)]]
 
 
