@@ -220,7 +220,8 @@ def main() -> int:
     if gpus:
         listed = node_gpus({})  # nvidia-smi's list, as an agent with no UPWELL_GPUS reads it
         given = [r.get("gpus") for r in checks.rows if r["check"] == "run"]
-        checks.add("lease", len(listed) == gpus and given == [["0"]],
+        mig = bool(listed) and listed[0].startswith("MIG-")  # torch sees one MIG instance, however many there are
+        checks.add("lease", (mig or len(listed) == gpus) and given == [listed[:1]],
                    f"nvidia-smi lists {listed}, torch sees {gpus}; the shard asking for one was given {given}")
         ok, out = nccl_world([0])
         checks.add("nccl", ok, "one rank on GPU 0: all_reduce float64 and all_gather_object "

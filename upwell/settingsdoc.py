@@ -44,8 +44,9 @@ ELSEWHERE: dict[str, tuple[str, str, str]] = {
     "UPWELL_EVICTION_POLL_S": ("1", "agent", "how often an Azure node asks IMDS for Scheduled Events"),
     "UPWELL_EVICTION_WATCH": ("0", "agent", "watch Scheduled Events (the Azure pools set it on their nodes)"),
     "UPWELL_GANG_NODES": ("1", "agent", "the nodes of a gang agent's allocation (set by the Slurm and Batch pools)"),
-    "UPWELL_GPUS": ("nvidia-smi's", "agent", "the node's GPUs, e.g. 0,1,2,3 or none (else CUDA_VISIBLE_DEVICES, else "
-                                            "nvidia-smi); a shard asking for n is given n of its own; the local "
+    "UPWELL_GPUS": ("nvidia-smi's", "agent", "the node's GPUs, e.g. 0,1,2,3, MIG-... UUIDs, or none (else "
+                                            "CUDA_VISIBLE_DEVICES, else nvidia-smi, a MIG GPU as its "
+                                            "instances); a shard asking for n is given n of its own; the local "
                                             "pool sets each node's share"),
     "UPWELL_HEAT_KERNEL": ("", "agent", "numpy: heat-mpi uses the numpy strips instead of the C kernel"),
     "UPWELL_HOME": (".upwell", "local", "the local stack's folder: Azurite's data, stack.json, reports, logs"),

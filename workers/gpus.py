@@ -11,11 +11,17 @@ is: it sees what the node sees, as a payload that uses a GPU only when there is 
 The node's GPUs, in this order: ``UPWELL_GPUS`` ("0,1,2,3", or "none"), the ``CUDA_VISIBLE_DEVICES`` the
 agent itself was given (Slurm's allocation), else the indices ``nvidia-smi`` lists; none where there is no
 ``nvidia-smi``. The ids are passed on as the agent's environment names them, so a subset stays valid there.
+
+A GPU in MIG mode (A100, H100 and H200 nodes can be partitioned) is not a device CUDA can use by its index: its
+instances are, each by its UUID (``MIG-...``, as ``nvidia-smi -L`` lists them under their GPU), so such a GPU
+counts as its instances, and one with none made counts as nothing. ``mig.mode.current`` says which GPUs are
+in MIG mode; where the driver does not know that field, none is.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -35,12 +41,37 @@ def node_gpus(env: Mapping[str, str] | None = None) -> list[str]:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return []
+    out = _smi(smi, "--query-gpu=index,mig.mode.current", "--format=csv,noheader")
+    if out is None:  # a driver older than MIG does not know the field
+        out = _smi(smi, "--query-gpu=index", "--format=csv,noheader")
+    rows = [[f.strip() for f in line.split(",")] for line in (out or "").splitlines() if line.strip()]
+    mig = {row[0] for row in rows if row[1:2] == ["Enabled"]}
+    instances = mig_instances(_smi(smi, "-L") or "") if mig else {}
+    return [g for row in rows for g in (instances.get(row[0], []) if row[0] in mig else [row[0]])]
+
+
+def mig_instances(listing: str) -> dict[str, list[str]]:
+    """The MIG instances of each GPU, by the GPU's index, from ``nvidia-smi -L``::
+
+        GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-9c73eb7b-...)
+          MIG 1g.10gb     Device  0: (UUID: MIG-a686709d-...)
+    """
+    out: dict[str, list[str]] = {}
+    gpu = None
+    for line in listing.splitlines():
+        if m := re.match(r"GPU (\d+):", line.strip()):
+            gpu = m.group(1)
+        elif (m := re.match(r"MIG .*\(UUID: (MIG-[^)\s]+)\)", line.strip())) and gpu is not None:
+            out.setdefault(gpu, []).append(m.group(1))
+    return out
+
+
+def _smi(smi: str, *args: str) -> str | None:
+    """``nvidia-smi``'s output; None where it fails (no driver loaded, a field it does not know)."""
     try:
-        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20, check=True).stdout
+        return subprocess.run([smi, *args], capture_output=True, text=True, timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+        return None
 
 
 class GpuPool:

@@ -61,6 +61,9 @@ class Dist:
 
         world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
         local_rank, local_world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        own = own_instance(os.environ.get("CUDA_VISIBLE_DEVICES", ""), local_rank)
+        if own:  # before CUDA starts in this process: it reads the list once
+            os.environ["CUDA_VISIBLE_DEVICES"] = own
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         device = torch.device(f"cuda:{local_rank % gpus}" if gpus else "cpu")
         if gpus:
@@ -69,7 +72,7 @@ class Dist:
         if world > 1:
             import torch.distributed as dist
 
-            backend = placement(gpus, local_world)
+            backend = placement(gpus, local_world, mig=os.environ.get("CUDA_VISIBLE_DEVICES", "").startswith("MIG-"))
             dist.init_process_group(backend, init_method="env://")
         return cls(rank, world, device, backend, gpus)
 
@@ -93,12 +96,24 @@ class Dist:
         return out
 
 
-def placement(gpus: int, local_ranks: int) -> str:
+def own_instance(visible: str, local_rank: int) -> str | None:
+    """The MIG instance that local rank ``local_rank`` keeps of the shard's (``workers.gpus`` names them by
+    UUID), or None where the shard was given whole GPUs or one instance. A CUDA process uses a single MIG
+    instance however many it is shown, so ranks shown several would all land on the first: each rank keeps
+    one of its own, round robin, and the ranks talk over gloo (``placement``)."""
+    ids = [g.strip() for g in visible.split(",") if g.strip()]
+    if len(ids) < 2 or not all(g.startswith("MIG-") for g in ids):
+        return None
+    return ids[local_rank % len(ids)]
+
+
+def placement(gpus: int, local_ranks: int, mig: bool = False) -> str:
     """The process group's backend for ``local_ranks`` ranks on a node with ``gpus`` visible GPUs. nccl needs a
     GPU of its own for each rank (it refuses two ranks on one device), so ranks beyond the node's GPUs share
     them round robin (rank i on GPU i mod gpus) and talk over gloo, which reduces CUDA tensors too; no GPU:
-    gloo on the CPU."""
-    return "nccl" if gpus and local_ranks <= gpus else "gloo"
+    gloo on the CPU. MIG instances (``mig``): gloo, as NCCL does not run on them (it maps one rank to one
+    PCI device; NVIDIA/nccl issue 1716)."""
+    return "nccl" if gpus and local_ranks <= gpus and not mig else "gloo"
 
 
 @dataclass
