@@ -127,6 +127,31 @@ def test_train_curves_and_accuracy_table():
     out = sections_for("train-torch")(results + [FAILED], Store())
     check(out, figures=1, tables=1)
     assert out[0].tables[0].rows[0][0] == "lr=0.02" and "best test accuracy 0.97" in out[0].text
+    assert out[0].tables[0].rows[0][3] == "20,000"  # samples/s, not 2e+04
+
+
+def test_train_accuracy_is_curves_with_several_evaluations_and_a_dot_plot_with_one():
+    """eval_every 0 (the default) evaluates after the last epoch only: lone dots at one epoch say nothing, so the
+    panel becomes one row a configuration, best on top, in the colour of its loss curve."""
+    from upwell.results.figures._common import new_figure
+    from upwell.results.figures.train import accuracy_panel
+
+    def run(lr, final, history):
+        return doc(f"c{lr}", "train-torch", {"lr": lr}, {"loss": [1.0, 0.5], "test_accuracy": final,
+                                                         "test_accuracy_history": history})
+
+    best_first = [run(0.05, 0.9889, [0.9889]), run(0.02, 0.9711, [0.9711]), run(0.1, None, [])]
+    _, ax = new_figure()
+    assert accuracy_panel(ax, best_first, ["C0", "C1", "C2"], ["lr"]) is False
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["lr=0.02", "lr=0.05"]  # bottom to top; no value: no row
+    dots = [(line.get_xdata()[0], line.get_ydata()[0], line.get_color()) for line in ax.get_lines()]
+    assert dots == [(0.9711, 0, "C1"), (0.9889, 1, "C0")]
+    assert sorted(t.get_text() for t in ax.texts) == ["0.9711", "0.9889"]
+    _, ax = new_figure()
+    assert accuracy_panel(ax, [run(0.05, 0.99, [0.9, 0.99])], ["C0"], ["lr"]) is True
+    assert list(ax.get_lines()[0].get_xdata()) == [1, 2] and ax.get_xlabel() == "epoch"
+    out = sections_for("train-torch")(best_first[:2], Store())
+    assert out[0].figures[0].caption.endswith("test accuracy per configuration at its last epoch")
 
 
 @pytest.mark.parametrize("payload", ["logistic", "channel-stats", "welch", "heat-mpi", "train-torch"])
