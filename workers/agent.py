@@ -46,7 +46,7 @@ from workers.delivery import Hand, gather
 from workers.jobrows import JobRows
 from workers.leasing import LeaseLoop
 from workers.node import Node, heartbeat
-from workers.settle import Settler
+from workers.settle import SETTLED_ON_ROW, Settler
 from workers.staging import Staging, may_resume
 from workers.supervision import CancelWatch, install_signals, node_clock
 from workers.workdir import LaunchResult
@@ -106,13 +106,14 @@ class Agent:
     def _decide(self, msg, lease, *, assume: bool) -> tuple[Hand, Verdict | None]:
         """Gather the facts (``assume``: the shard row as the work item says ingest wrote it, where it can,
         workers.delivery), decide, and claim a shard that is to run. None: the facts were assumed, and the
-        claim found the row changed, or the verdict was not to run (settled only on the row as read)."""
+        claim found the row changed, or the verdict puts the row into the result (``SETTLED_ON_ROW``: read it
+        first). A first delivery's verdict does not hang on the row (no failure of it to count yet)."""
         hand = gather(msg, lease, storage=self.storage, ledger=self.ledger, jobs=self.jobs, assume=assume,
                       max_concurrency=self.settings.max_concurrency, log=self.log, agent_nodes=self.config.gang_nodes)
         verdict = decide_delivery(**hand.facts(), config=self.attempts)
         if verdict.kind is VerdictKind.RUN:
             return hand, self._claim(hand)
-        return hand, None if hand.assumed else verdict
+        return hand, None if hand.assumed and verdict.kind in SETTLED_ON_ROW else verdict
 
     def _claim(self, hand: Hand) -> Verdict | None:
         """Mark the shard running on the rows in hand (no re-read unless one moved on; on rows assumed from

@@ -32,6 +32,11 @@ from workers.node import Node
 from workers.staging import Staging
 
 SHAPE_DEFERRED = "deferred-shape"  # put back for an agent of the shard's node count: this one had no work
+# The verdicts whose settling writes the shard row in hand into the result (its attempts, its stderr tail):
+# on a row assumed from the work item (workers.delivery ``as_ingested``) they are settled only once the row
+# has been read. The others settle on nothing of it: DONE acknowledges, and CANCELLED and DEFER change the
+# row through the ledger, which reads it as it writes.
+SETTLED_ON_ROW = frozenset({VerdictKind.POISON, VerdictKind.DROP})
 
 
 class Settler:

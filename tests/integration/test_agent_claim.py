@@ -98,3 +98,31 @@ def test_a_row_changed_since_ingest_is_read_and_decided_as_before(store, tmp_pat
     assert store.blob(names.RESULTS, f"{job}/s00001.json").get_blob_properties().etag == first  # not run again
     row = ledger.shard(job, "s00001")
     assert row.attempts == 1 and row.status == ShardState.RUNNING  # collect has not run; the twin changed nothing
+
+
+def test_a_first_delivery_deferred_at_the_cap_reads_its_row_once_to_record_the_deferral(store, tmp_path):
+    """A first delivery's verdict does not hang on the shard row (no failure of it to count yet), so a deferral
+    at the job's cap is settled without reading the row first: the one read is the ledger's, as it counts the
+    deferral. A cancelled job's first delivery likewise. Only a verdict that writes the row into the result
+    (DROP, POISON: workers.settle.SETTLED_ON_ROW) reads it first."""
+    ledger = Ledger(store)
+    job = ingest_manifest(store, "claim/capped/job.yaml",
+                          "payload: logistic\ngrid: {r: [3.1, 3.2]}\nmax_concurrency: 1\n")
+    msgs = _received(store, 2)
+    assert ledger.shard_started(job, "s00000", node="another-node", pool="cpu", attempt=1)  # holds the one slot
+    agent = _agent(store, tmp_path)
+    with Urls() as urls:
+        assert agent.handle(msgs["s00001"]) == "deferred"
+    assert urls.on_row("GET", job, "s00001") == 1, urls.sent  # the deferral's own read-and-write
+    row = ledger.shard(job, "s00001")
+    assert row.deferrals == 1 and row.status == ShardState.QUEUED and row.attempts == 0
+    assert not store.exists(f"{names.RESULTS}/{job}/s00001.json")  # never ran
+
+    other = ingest_manifest(store, "claim/cancelled/job.yaml", "payload: logistic\ngrid: {r: [3.3]}\n")
+    msg = _received(store, 1)["s00000"]
+    ledger.update_job(other, status="cancelled")
+    agent.jobs.forget(other)
+    with Urls() as urls:
+        assert agent.handle(msg) == "cancelled"
+    assert urls.on_row("GET", other, "s00000") == 1, urls.sent  # the ledger's, as it marks the shard
+    assert ledger.shard(other, "s00000").status == ShardState.CANCELLED
