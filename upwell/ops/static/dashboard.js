@@ -60,7 +60,7 @@
       <td><span class="bar"><span style="width:${Math.round(100 * j.progress)}%"></span></span>
         ${j.shards_finished}/${j.shards_total}${j.shards_failed ? ` <span class="st-failed pill">${j.shards_failed} failed</span>` : ""}${j.points ? `<div class="muted">${j.points.done}/${j.points.total} points</div>` : ""}</td>
       <td class="n">${usd(j.spent_usd)}</td><td class="n">${usd(j.estimate_usd)}</td><td class="n">${dur(j.eta_s)}</td>
-      <td class="n">${j.recoveries == null ? "—" : j.recoveries}</td><td>${esc(j.pool)}</td>
+      <td class="n">${j.recoveries == null ? `<span title="not read for this job: only open jobs and the newest ended ones are">—</span>` : j.recoveries}</td><td>${esc(j.pool)}</td>
       <td>${esc(j.owner)}<div class="muted">${esc(j.project)}</div></td>
       <td>${j.report ? `<a class="report" href="${esc(withKey(base + "/" + j.report))}">report</a>` : ""}</td>
       <td class="actions">${actions(j)}</td></tr>`);
