@@ -166,10 +166,8 @@ class JobAcceptor:
         ``fresh``: the row exists already, held by ``lease`` (``open_read``), True when this ingest made it."""
         if fresh is None:
             fresh = self._hold(job, lease)
-            if fresh:  # created with every field of the job
-                return set()
         elif not self._merge(job, lease):  # open_read's row: the shard count and resources known since
-            return None
+            fresh = None
         if fresh is None:
             return None
         return set() if fresh else {r.shard_id for r in self.ledger.shards(job["job_id"])

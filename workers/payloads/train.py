@@ -61,7 +61,8 @@ class Dist:
 
         world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
         local_rank, local_world = int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        own = own_instance(os.environ.get("CUDA_VISIBLE_DEVICES", ""), local_rank)
+        shown = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        own = own_instance(shown, local_rank)
         if own:  # before CUDA starts in this process: it reads the list once
             os.environ["CUDA_VISIBLE_DEVICES"] = own
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -72,7 +73,7 @@ class Dist:
         if world > 1:
             import torch.distributed as dist
 
-            backend = placement(gpus, local_world, mig=os.environ.get("CUDA_VISIBLE_DEVICES", "").startswith("MIG-"))
+            backend = placement(gpus, local_world, mig=shown.startswith("MIG-"))
             dist.init_process_group(backend, init_method="env://")
         return cls(rank, world, device, backend, gpus)
 
