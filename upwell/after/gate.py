@@ -39,9 +39,10 @@ def gate(ledger: Ledger, job: dict) -> Gate:
     if ref in (me, name):
         raise InputRejected(f"after: {ref!r} is this job itself; a job cannot wait on itself", field="after")
     existing = ledger.job(me)
-    parent = _resolve(ledger, ref, existing, me)
+    parent, looked = _resolve(ledger, ref, existing, me)
     if parent is None:
-        return _wait(ledger, job, existing, "", f"waiting for job {ref!r}, which has not been submitted yet")
+        return _wait(ledger, job, existing, "", f"waiting for job {ref!r}, which has not been submitted yet",
+                     looked=looked)
     _refuse_cycle(ledger, parent, me, name)
     state.add_child(ledger, parent.job_id, me)
     if parent.status == JobState.SUCCEEDED:
@@ -53,18 +54,19 @@ def gate(ledger: Ledger, job: dict) -> Gate:
                  f"waiting for job {parent.job_id} ({parent.name or ref}) to succeed; it is {parent.status.value}")
 
 
-def _resolve(ledger: Ledger, ref: str, existing: JobRow | None, me: str) -> JobRow | None:
-    """The parent: by the id resolved before, by id, else the newest job of that name (not a reduce)."""
+def _resolve(ledger: Ledger, ref: str, existing: JobRow | None, me: str) -> tuple[JobRow | None, bool]:
+    """The parent: by the id resolved before, by id, else the newest job of that name (not a reduce); and
+    whether the name was looked up (``after_checked`` records when it last was)."""
     known = state.field(existing, "after_parent_id") if existing is not None else ""
     row = ledger.job(known or ref) if "/" not in ref else None
     if row is not None:
-        return row
+        return row, False
     checked = float(state.field(existing, "after_checked") or 0) if existing is not None else 0.0
     if existing is not None and time.time() - checked < NAME_LOOKUP_S:
-        return None  # looked up a moment ago; the parent's own end wakes this job (upwell.after.chains)
+        return None, False  # looked up a moment ago; the parent's own end wakes this job (upwell.after.chains)
     # the job catalogue's jobs of that name, newest first: the first that is not a reduce (upwell.jobcatalog)
     named = (j for j in ledger.jobs(newest_first=True, name=ref) if j.job_id != me and not state.field(j, "reduce_of"))
-    return next(named, None)
+    return next(named, None), True
 
 
 def _refuse_cycle(ledger: Ledger, parent: JobRow, me: str, name: str) -> None:
@@ -83,9 +85,13 @@ def _refuse_cycle(ledger: Ledger, parent: JobRow, me: str, name: str) -> None:
         seen.append(row.job_id)
 
 
-def _wait(ledger: Ledger, job: dict, existing: JobRow | None, parent_id: str, message: str) -> Gate:
-    fields = {"message": message, "message_at": now_iso(), "after_parent_id": parent_id,
-              "after_checked": time.time(), "chain_state": "waiting"}
+def _wait(ledger: Ledger, job: dict, existing: JobRow | None, parent_id: str, message: str,
+          looked: bool = True) -> Gate:
+    """The job waiting. ``looked``: the parent's name was looked up just now. A check that skipped the lookup
+    leaves ``after_checked`` where it was: moved on at every check, it would hold off the next lookup for as
+    long as checks come more often than NAME_LOOKUP_S (the scale timer's recheck of waiting jobs does)."""
+    fields = {"message": message, "message_at": now_iso(), "after_parent_id": parent_id, "chain_state": "waiting",
+              **({"after_checked": time.time()} if looked else {})}
     if existing is None:
         ledger.create_job(JobRow.from_entity({**job, **fields, "status": JobState.WAITING.value, "shards_total": 0}))
     else:
