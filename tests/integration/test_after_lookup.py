@@ -1,4 +1,5 @@
-"""A job waiting on a parent named before it was submitted looks the name up again, however often it is checked.
+"""A job waiting on a parent named before it was submitted looks the name up again, however often it is checked,
+and a recheck that finds no parent never clears the parent id a wake-up set meanwhile.
 
 The parent's end wakes its waiting children (``upwell.after.chains``); where that wake-up is lost, the scale
 timer's pass over waiting jobs (``recheck_waiting``) ingests the child again, and its gate looks the parent's
@@ -42,3 +43,18 @@ def test_checks_inside_the_lookup_window_do_not_hold_off_the_next_lookup(store, 
     row = ledger.job(first.job_id)
     assert row.status == JobState.WAITING and row.extra["after_parent_id"] == parent_id, row.message
     assert f"waiting for job {parent_id}" in row.message
+
+
+def test_a_recheck_that_finds_no_parent_keeps_the_parent_id_a_wake_up_set_meanwhile(store):
+    """The scale timer's recheck reads the child, the parent's end sets its ``after_parent_id`` (chains.wake),
+    then the recheck, which found no parent, records that it still waits: it must not write "" over the id,
+    or the wake-up's own ingest of the child finds no parent and the wake-up is lost."""
+    ledger, ingestor = Ledger(store), Ingestor(store, Settings())
+    tag = time.time_ns()
+    child = f"lookup/{tag}-child2/job.yaml"
+    store.blob(names.INCOMING, child).upload_blob(f"name: child2 {tag}\n{QUICK}after: parent2 {tag}\n".encode())
+    job_id = ingestor.ingest(child).job_id
+    read_by_the_recheck = ledger.job(job_id)
+    ledger.update_job(job_id, after_parent_id="parent2-job")  # the wake-up, as chains.wake sets it
+    gate._wait(ledger, {"job_id": job_id}, read_by_the_recheck, "", "still waiting", looked=False)
+    assert ledger.job(job_id).extra["after_parent_id"] == "parent2-job"

@@ -89,8 +89,11 @@ def _wait(ledger: Ledger, job: dict, existing: JobRow | None, parent_id: str, me
           looked: bool = True) -> Gate:
     """The job waiting. ``looked``: the parent's name was looked up just now. A check that skipped the lookup
     leaves ``after_checked`` where it was: moved on at every check, it would hold off the next lookup for as
-    long as checks come more often than NAME_LOOKUP_S (the scale timer's recheck of waiting jobs does)."""
-    fields = {"message": message, "message_at": now_iso(), "after_parent_id": parent_id, "chain_state": "waiting",
+    long as checks come more often than NAME_LOOKUP_S (the scale timer's recheck of waiting jobs does). A
+    parent not found leaves ``after_parent_id`` alone: the parent's end may have set it since ``existing`` was
+    read (``upwell.after.chains.wake``), and writing "" over it would lose that wake-up."""
+    fields = {"message": message, "message_at": now_iso(), "chain_state": "waiting",
+              **({"after_parent_id": parent_id} if parent_id or existing is None else {}),
               **({"after_checked": time.time()} if looked else {})}
     if existing is None:
         ledger.create_job(JobRow.from_entity({**job, **fields, "status": JobState.WAITING.value, "shards_total": 0}))
