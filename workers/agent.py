@@ -10,8 +10,8 @@ and short-lived copies of job rows (``workers.jobrows``); the queue and the ledg
 Slots: up to ``slots`` work items at once (the pool's tasks per node, UPWELL_SLOTS; default 1), each
 with its own lease renewal. SIGTERM/SIGINT preempt every running payload, which checkpoints; its
 message is made visible again at once and a preemption, not a failure, is recorded. On an Azure node a
-Preempt or Terminate Scheduled Event for this VM does the same (``workers.eviction``), and is acknowledged
-once the loop has returned. SIGUSR1 drains.
+Scheduled Event that takes this VM down (Preempt, Terminate, a due Reboot or Redeploy) does the same
+(``workers.eviction``), and is acknowledged once the loop has returned. SIGUSR1 drains.
 The agent also exits after ``idle_exit_s`` without work.
 """
 

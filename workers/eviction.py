@@ -3,55 +3,99 @@
 On an Azure node (Batch or VMSS; the pool's agent environment sets ``UPWELL_EVICTION_WATCH``, see
 ``upwell.pools.azure_common.AZURE_VM_ENV``) the agent polls IMDS ``/metadata/scheduledevents`` every
 ``eviction_poll_s`` (bounded below, so the rate is bounded). Scheduled Events go to every VM of an
-availability set or a scale set's placement group, so an event is acted on only when it is a ``Preempt``
-(spot eviction, at least 30 s notice) or a ``Terminate`` (scale-in, delete) AND its ``Resources`` name this
-VM: ``compute.name`` from IMDS instance metadata, the name Scheduled Events use. Then the watcher sets the
-agent's stop event, the same path as SIGTERM (payloads checkpoint, messages go back at once, a preemption is
-recorded, the lease loop takes no more work); ``finish`` acknowledges the event with the documented
-``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every attempt in hand
-settled and its checkpoint is uploaded, but only an event that names this VM alone
-(``approvable``: an acknowledgement starts the event for every VM it names). Events for other VMs, and
-Freeze, Reboot or Redeploy events for this one, change nothing and are never acknowledged.
+availability set or a scale set's placement group, so an event is acted on only when its ``Resources`` name
+this VM (``compute.name`` from IMDS instance metadata, the name Scheduled Events use) and it is one of:
 
-Followed: learn.microsoft.com/azure/virtual-machines/linux/scheduled-events (the document, the event types,
-"Resources", the Metadata header, the StartRequests acknowledgement) and .../instance-metadata-service
-(``/metadata/instance``, ``compute.name``). Locally no watcher runs unless a test turns the setting on.
+- a ``Preempt`` (spot eviction, at least 30 s notice) or a ``Terminate`` (scale-in, delete): the VM goes
+  for good;
+- a ``Reboot`` or a ``Redeploy`` (platform maintenance, a predicted host failure, or a user's restart: the VM
+  stops and comes back, a Redeploy on another host with its temporary disk lost; at least 15 and 10 minutes'
+  notice, a predicted failure's Redeploy often days) that is due (``due``): it names this VM alone, so the
+  VM can start it at once by approving it once its work is checkpointed (back sooner, and what Azure advises
+  for a predicted failure); or it has Started; or its NotBefore is within ``MAINTENANCE_LEAD_S``. A shared
+  one further off changes nothing yet: stopping then would idle the node, billed, until the event. Without
+  the watcher a reboot kills the payload unwarned: the work since its last periodic checkpoint is lost and
+  its message waits out its lease.
+
+Then the watcher sets the agent's stop event, the same path as SIGTERM (payloads checkpoint, messages go back
+at once, a preemption is recorded, the lease loop takes no more work); ``finish`` acknowledges the event with
+the documented ``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every
+attempt in hand settled and its checkpoint is uploaded, but only an event that names this VM alone
+(``approvable``: an acknowledgement starts the event for every VM it names). An agent started again on the
+VM (systemd on VMSS, the start task after a Batch node's reboot) reads the document first: while the event
+is listed it stops at once; once the VM is back the event is gone and it takes work. Events for other VMs,
+``Freeze`` (a pause of seconds, memory and files kept) and a shared maintenance event not yet due change
+nothing and are never acknowledged.
+
+Followed: learn.microsoft.com/azure/virtual-machines/linux/scheduled-events (the document, the event types
+and their minimum notice, "Resources", NotBefore (RFC 1123, blank once Started), an event removed from the
+document once it completed or was cancelled, the Metadata header, the StartRequests acknowledgement) and
+.../instance-metadata-service (``/metadata/instance``, ``compute.name``). Locally no watcher runs unless a
+test turns the setting on.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.request
+from email.utils import parsedate_to_datetime
 from typing import Any
 
-EVICTING = frozenset({"Preempt", "Terminate"})
+EVICTING = frozenset({"Preempt", "Terminate"})  # the VM goes for good
+MAINTENANCE = frozenset({"Reboot", "Redeploy"})  # the VM stops and comes back
+# A shared Reboot or Redeploy is acted on this long before its NotBefore: a Reboot's documented minimum notice,
+# so one given the minimum is acted on when it appears, and one given days waits until then.
+MAINTENANCE_LEAD_S = 900.0
 EVENTS_API = "2020-07-01"
 INSTANCE_API = "2021-02-01"
 MIN_POLL_S = 0.2  # the bound on the polling rate (Azure's samples poll about once a second)
 HTTP_TIMEOUT_S = 5.0
 
 
-def evictions(document: dict[str, Any], vm_name: str) -> list[str]:
-    """The EventIds in a Scheduled Events document that evict this VM: Preempt or Terminate events whose
-    Resources name ``vm_name`` (Azure's VM names are case-insensitive). No name, no event concerns us."""
+def evictions(document: dict[str, Any], vm_name: str, now: float | None = None,
+              lead_s: float = MAINTENANCE_LEAD_S) -> list[str]:
+    """The EventIds in a Scheduled Events document that this VM stops for: Preempt or Terminate events whose
+    Resources name ``vm_name`` (Azure's VM names are case-insensitive), and Reboot or Redeploy events naming
+    it that are ``due`` at ``now`` (epoch seconds; the clock's). No name, no event concerns us."""
     if not vm_name:
         return []
-    me = vm_name.casefold()
+    me, at = vm_name.casefold(), time.time() if now is None else now
     return [str(e.get("EventId", "")) for e in document.get("Events") or []
-            if e.get("EventType") in EVICTING and me in {str(r).casefold() for r in e.get("Resources") or []}]
+            if me in _resources(e) and (e.get("EventType") in EVICTING or due(e, me, at, lead_s))]
 
 
-def approvable(document: dict[str, Any], vm_name: str) -> list[str]:
-    """The evictions of this VM that it may acknowledge: those naming this VM alone.
+def due(event: dict[str, Any], me: str, now: float, lead_s: float = MAINTENANCE_LEAD_S) -> bool:
+    """A Reboot or Redeploy naming ``me`` that the VM acts on now: one naming it alone (the VM starts it by
+    approving it), one Started, or one whose NotBefore is ``lead_s`` away or less (a NotBefore blank or
+    unreadable counts as now)."""
+    if event.get("EventType") not in MAINTENANCE or me not in _resources(event):
+        return False
+    if _resources(event) == {me} or event.get("EventStatus") == "Started":
+        return True
+    try:
+        not_before = parsedate_to_datetime(str(event.get("NotBefore") or "")).timestamp()
+    except (TypeError, ValueError):
+        return True
+    return not_before - now <= lead_s
+
+
+def _resources(event: dict[str, Any]) -> set[str]:
+    return {str(r).casefold() for r in event.get("Resources") or []}
+
+
+def approvable(document: dict[str, Any], vm_name: str, now: float | None = None) -> list[str]:
+    """The events this VM stops for that it may acknowledge: those naming this VM alone.
 
     An acknowledgement lets an event proceed for every VM in its Resources, not only the one that sends it
-    (the documented note under "Start an event"): approving a Terminate or Preempt shared with other VMs
-    could delete them before their own agents checkpointed. Such an event starts at its NotBefore instead."""
-    mine = set(evictions(document, vm_name))
+    (the documented note under "Start an event"): approving a Terminate, Preempt, Reboot or Redeploy shared
+    with other VMs could take them down before their own agents checkpointed. Such an event starts at its
+    NotBefore instead."""
+    mine = set(evictions(document, vm_name, now))
     me = vm_name.casefold()
     return [str(e.get("EventId", "")) for e in document.get("Events") or []
-            if str(e.get("EventId", "")) in mine and {str(r).casefold() for r in e.get("Resources") or []} == {me}]
+            if str(e.get("EventId", "")) in mine and _resources(e) == {me}]
 
 
 class Imds:
@@ -106,7 +150,7 @@ class EvictionWatcher:
                 return
 
     def _poll(self) -> bool:
-        """One read of Scheduled Events; on an eviction of this VM, set the stop event and say so."""
+        """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
             document = self.imds.scheduled_events()
@@ -116,7 +160,8 @@ class EvictionWatcher:
             return False
         if ids:
             self.pending = approvable(document, self.vm_name)
-            self.log.warning("agent.eviction_notice", events=ids, vm=self.vm_name)
+            kinds = sorted({str(e.get("EventType")) for e in document.get("Events") or [] if e.get("EventId") in ids})
+            self.log.warning("agent.eviction_notice", events=ids, types=kinds, vm=self.vm_name)
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
         return bool(ids)
 

@@ -63,6 +63,20 @@ def wait(predicate, timeout: float, what: str):
     return wait_for(predicate, timeout, what, lambda: "", poll_s=0.2)
 
 
+def running(ledger: Ledger, job_id: str) -> bool:
+    return getattr(ledger.shard(job_id, "s00000"), "status", None) == "running"
+
+
+def started(connection: str, imds: ImdsStandIn, scratch: Path, ledger: Ledger, job_id: str) -> tuple[
+        subprocess.Popen, int]:
+    """An agent on the stand-in's VM, once its shard runs and has written a first periodic checkpoint, and
+    that checkpoint's step: the shard may resume from no earlier one."""
+    proc = agent(connection, imds, scratch)
+    wait(lambda: running(ledger, job_id), 60, "the shard to start")
+    progress = wait(lambda: list(scratch.glob("upwell-*/work/ckpt/progress.json")), 120, "a first periodic checkpoint")
+    return proc, int(json.loads(progress[0].read_text())["marker"])
+
+
 def finished(proc: subprocess.Popen, timeout: float = 240) -> str:
     out = proc.communicate(timeout=timeout)[0].decode()
     assert proc.returncode == 0, out[-3000:]
@@ -109,11 +123,7 @@ def test_a_preempt_for_this_vm_checkpoints_releases_acknowledges_and_resumes(azu
     job_id = submit(store, "this-vm", t_end=0.12)
     ledger = Ledger(store)
     with ImdsStandIn("upwell-mpi-spot_0") as imds:
-        proc = agent(azurite.connection_string, imds, tmp_path / "a")
-        wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "running", 60, "the shard to start")
-        progress = wait(lambda: list((tmp_path / "a").glob("upwell-*/work/ckpt/progress.json")), 120,
-                        "a first periodic checkpoint")
-        before = int(json.loads(progress[0].read_text())["marker"])
+        proc, before = started(azurite.connection_string, imds, tmp_path / "a", ledger, job_id)
         assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
         event_id = imds.schedule("Preempt", ["upwell-mpi-spot_0"], notice_s=NOTICE_S)
         not_before = parsedate_to_datetime(imds.document()["Events"][0]["NotBefore"]).timestamp()

@@ -26,7 +26,7 @@ import json
 
 import pytest
 
-from tests.faults.test_cloud_faults import POOL, agent, finished, lost, record, submit, wait
+from tests.faults.test_cloud_faults import POOL, agent, finished, lost, record, running, started, submit, wait
 from upwell import names
 from upwell.ledger import Ledger
 from upwell.local.imds import ImdsStandIn
@@ -39,21 +39,13 @@ TERMINATE_NOTICE_S = 300.0  # notBeforeTimeout PT5M, the documented default
 FREEZE_NOTICE_S = 900.0  # a Freeze's documented minimum notice
 
 
-def running(ledger: Ledger, job_id: str) -> bool:
-    return getattr(ledger.shard(job_id, "s00000"), "status", None) == "running"
-
-
 @pytest.mark.parametrize("resources", [[VM], [VM, SIBLING]], ids=["this-vm-alone", "this-vm-and-another"])
 def test_terminate_checkpoints_releases_and_resumes_a_freeze_is_left_alone(azurite, tmp_path, resources):
     store = Storage(azurite.connection_string)
     job_id = submit(store, f"terminate-{len(resources)}", t_end=0.12)
     ledger = Ledger(store)
     with ImdsStandIn(VM) as imds:
-        proc = agent(azurite.connection_string, imds, tmp_path / "a")
-        wait(lambda: running(ledger, job_id), 60, "the shard to start")
-        progress = wait(lambda: list((tmp_path / "a").glob("upwell-*/work/ckpt/progress.json")), 120,
-                        "a first periodic checkpoint")
-        before = int(json.loads(progress[0].read_text())["marker"])
+        proc, before = started(azurite.connection_string, imds, tmp_path / "a", ledger, job_id)
         imds.schedule("Freeze", [VM, SIBLING], notice_s=FREEZE_NOTICE_S, duration_s=5)
         seen = imds.polls
         wait(lambda: imds.polls > seen + 1 or proc.poll() is not None, 60, "the watcher to read the Freeze")

@@ -14,7 +14,9 @@ and .../virtual-machines/linux/scheduled-events):
   approved), ``NotBefore`` (an RFC 1123 time), ``Description``, ``EventSource`` (Platform or User) and
   ``DurationInSeconds`` (-1 when unknown); DocumentIncarnation changes whenever the events change;
 - ``POST /metadata/scheduledevents`` with ``{"StartRequests": [{"EventId": ...}]}``: approves those events
-  (they become Started), which the stand-in records in ``acks``.
+  (they become Started), which the stand-in records in ``acks``;
+- an event that has happened (the VM is back from its reboot) or that Azure cancelled leaves the document
+  (``complete``), and DocumentIncarnation changes.
 
 State: the VM's identity, the scheduled events, the incarnation and the recorded acknowledgements, under
 one lock (the server answers on its own threads).
@@ -78,6 +80,12 @@ class ImdsStandIn:
             self._events.append(event)
             self._incarnation += 1
         return event_id
+
+    def complete(self, event_id: str) -> None:
+        """The event has happened, or was cancelled: it is no longer listed."""
+        with self._lock:
+            self._events = [e for e in self._events if e["EventId"] != event_id]
+            self._incarnation += 1
 
     def instance(self) -> dict[str, Any]:
         return {"compute": {"name": self.vm_name, "resourceId": self.resource_id, "osType": "Linux"},
