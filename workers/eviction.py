@@ -153,13 +153,13 @@ class EvictionWatcher:
         """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
-            document = self.imds.scheduled_events()
-            ids = evictions(document, self.vm_name)
+            document, now = self.imds.scheduled_events(), time.time()
+            ids = evictions(document, self.vm_name, now)
         except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
             self.log.warning("agent.imds_unreachable", error=str(exc))
             return False
         if ids:
-            self.pending = approvable(document, self.vm_name)
+            self.pending = approvable(document, self.vm_name, now)
             kinds = sorted({str(e.get("EventType")) for e in document.get("Events") or [] if e.get("EventId") in ids})
             self.log.warning("agent.eviction_notice", events=ids, types=kinds, vm=self.vm_name)
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
