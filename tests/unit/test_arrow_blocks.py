@@ -113,6 +113,7 @@ def test_a_row_longer_than_arrows_block_is_parsed_again_with_room_for_it(monkeyp
     monkeypatch.setattr(csvblocks, "_typed_ok", lambda block, layout, longest: typed.append(longest)
                         or real(block, layout, longest))
     monkeypatch.setattr(csvblocks, "_read", lambda *a: pytest.fail("exact path ran"))
+    monkeypatch.setattr(csvblocks, "_ARROW_BLOCK", 1 << 20)  # a row over 4 MiB would take the default's place
     wide = ",".join(["\U0001f30a" * 70_000] * 9)  # 2.5 MB of UTF-8 in 630,000 characters, each field in csv's limit
     raw = f"t,n,a,b,c,d,e,f,g,h,i\n1.5,2,{',' * 8}\n2.5,3,{wide}\n3.5,4,{',' * 8}\n".encode()
     shards = list(shard_csv(_chunks(raw, 64 * 1024), source="t.csv", rows_per_shard=2,

@@ -25,10 +25,12 @@ _PATTERNS = {"float": r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)
              "int": r"^[+-]?[0-9]+$"}
 _CASTS = {"float": float, "int": int, "str": str}
 FIELD_LIMIT = 131072  # csv.field_size_limit(): the row-by-row reader refuses longer fields
-# Arrow's block size (its default): pyarrow.csv.ReadOptions documents that block_size "will determine
-# multi-threading granularity", each block parsed and each column converted on its own thread of Arrow's CPU pool
-# (use_threads, default True), so a 4 MiB block is parsed as four, on every core. A row must fit in one block.
-_ARROW_BLOCK = 1 << 20
+# Arrow's block size: a checked block (about one 4 MiB download chunk) is one Arrow block, parsed on the checker's
+# thread alone (use_threads=False), beside the download and the reader's own thread. Arrow's own threads over
+# 1 MiB blocks (its default, and this reader's until 2026-12-04) cost 6% more CPU a GB (3.00 against 2.83 CPU s)
+# and, on two cores that the download shares, made a 1 GB ingest slower (5.77-6.01 s against 5.28-5.85 s, four
+# alternating pairs: bench/README.md); a Function App instance has one or two cores. A row must fit in one block.
+_ARROW_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ _CHECKER: ThreadPoolExecutor | None = None
 
 def _checker() -> ThreadPoolExecutor:
     """The threads that run Arrow's typed parse beside their callers (made on first use); one per ingest
-    the host runs at once, up to four (each parse uses every core already)."""
+    the host runs at once, up to four (each parse runs on its own thread alone)."""
     global _CHECKER
     if _CHECKER is None:
         _CHECKER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="csv-typed")
@@ -214,7 +216,8 @@ def _typed_ok(block: bytes, layout: Layout, longest: int) -> int:
     try:
         table = pacsv.read_csv(
             io.BytesIO(block),
-            read_options=pacsv.ReadOptions(column_names=names, block_size=max(_ARROW_BLOCK, 2 * longest + 2)),
+            read_options=pacsv.ReadOptions(column_names=names, block_size=max(_ARROW_BLOCK, 2 * longest + 2),
+                                           use_threads=False),
             parse_options=_parse_options(layout),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types), null_values=[],
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False))
