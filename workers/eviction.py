@@ -59,30 +59,7 @@ def evictions(document: dict[str, Any], vm_name: str, now: float | None = None,
     """The EventIds in a Scheduled Events document that this VM stops for: Preempt or Terminate events whose
     Resources name ``vm_name`` (Azure's VM names are case-insensitive), and Reboot or Redeploy events naming
     it that are ``due`` at ``now`` (epoch seconds; the clock's). No name, no event concerns us."""
-    if not vm_name:
-        return []
-    me, at = vm_name.casefold(), time.time() if now is None else now
-    return [str(e.get("EventId", "")) for e in document.get("Events") or []
-            if me in _resources(e) and (e.get("EventType") in EVICTING or due(e, me, at, lead_s))]
-
-
-def due(event: dict[str, Any], me: str, now: float, lead_s: float = MAINTENANCE_LEAD_S) -> bool:
-    """A Reboot or Redeploy naming ``me`` that the VM acts on now: one naming it alone (the VM starts it by
-    approving it), one Started, or one whose NotBefore is ``lead_s`` away or less (a NotBefore blank or
-    unreadable counts as now)."""
-    if event.get("EventType") not in MAINTENANCE or me not in _resources(event):
-        return False
-    if _resources(event) == {me} or event.get("EventStatus") == "Started":
-        return True
-    try:
-        not_before = parsedate_to_datetime(str(event.get("NotBefore") or "")).timestamp()
-    except (TypeError, ValueError):
-        return True
-    return not_before - now <= lead_s
-
-
-def _resources(event: dict[str, Any]) -> set[str]:
-    return {str(r).casefold() for r in event.get("Resources") or []}
+    return [_id(e) for e, _ in _acted_on(document, vm_name, now, lead_s)]
 
 
 def approvable(document: dict[str, Any], vm_name: str, now: float | None = None) -> list[str]:
@@ -92,10 +69,40 @@ def approvable(document: dict[str, Any], vm_name: str, now: float | None = None)
     (the documented note under "Start an event"): approving a Terminate, Preempt, Reboot or Redeploy shared
     with other VMs could take them down before their own agents checkpointed. Such an event starts at its
     NotBefore instead."""
-    mine = set(evictions(document, vm_name, now))
-    me = vm_name.casefold()
-    return [str(e.get("EventId", "")) for e in document.get("Events") or []
-            if str(e.get("EventId", "")) in mine and _resources(e) == {me}]
+    return [_id(e) for e, alone in _acted_on(document, vm_name, now) if alone]
+
+
+def due(event: dict[str, Any], alone: bool, now: float, lead_s: float = MAINTENANCE_LEAD_S) -> bool:
+    """A Reboot or Redeploy naming this VM that it acts on now: one naming it ``alone`` (the VM starts it by
+    approving it), one Started, or one whose NotBefore is ``lead_s`` away or less (a NotBefore blank or
+    unreadable counts as now)."""
+    if event.get("EventType") not in MAINTENANCE:
+        return False
+    if alone or event.get("EventStatus") == "Started":
+        return True
+    try:
+        not_before = parsedate_to_datetime(str(event.get("NotBefore") or "")).timestamp()
+    except (TypeError, ValueError):
+        return True
+    return not_before - now <= lead_s
+
+
+def _acted_on(document: dict[str, Any], vm_name: str, now: float | None,
+              lead_s: float = MAINTENANCE_LEAD_S) -> list[tuple[dict[str, Any], bool]]:
+    """The events this VM stops for (``evictions``), each with whether it names this VM alone."""
+    if not vm_name:
+        return []
+    me, at, out = vm_name.casefold(), time.time() if now is None else now, []
+    for event in document.get("Events") or []:
+        names = {str(r).casefold() for r in event.get("Resources") or []}
+        alone = names == {me}
+        if me in names and (event.get("EventType") in EVICTING or due(event, alone, at, lead_s)):
+            out.append((event, alone))
+    return out
+
+
+def _id(event: dict[str, Any]) -> str:
+    return str(event.get("EventId", ""))
 
 
 class Imds:
@@ -153,17 +160,16 @@ class EvictionWatcher:
         """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
-            document, now = self.imds.scheduled_events(), time.time()
-            ids = evictions(document, self.vm_name, now)
+            acted = _acted_on(self.imds.scheduled_events(), self.vm_name, time.time())
         except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
             self.log.warning("agent.imds_unreachable", error=str(exc))
             return False
-        if ids:
-            self.pending = approvable(document, self.vm_name, now)
-            kinds = sorted({str(e.get("EventType")) for e in document.get("Events") or [] if e.get("EventId") in ids})
-            self.log.warning("agent.eviction_notice", events=ids, types=kinds, vm=self.vm_name)
+        if acted:
+            self.pending = [_id(e) for e, alone in acted if alone]
+            self.log.warning("agent.eviction_notice", events=[_id(e) for e, _ in acted], vm=self.vm_name,
+                             types=sorted({str(e.get("EventType")) for e, _ in acted}))
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
-        return bool(ids)
+        return bool(acted)
 
     def finish(self) -> None:
         """After the lease loop returned (every attempt settled): acknowledge the evictions acted on."""
