@@ -21,7 +21,7 @@ Then the watcher sets the agent's stop event, the same path as SIGTERM (payloads
 at once, a preemption is recorded, the lease loop takes no more work); ``finish`` acknowledges the event with
 the documented ``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every
 attempt in hand settled and its checkpoint is uploaded, but only an event that names this VM alone
-(``approvable``: an acknowledgement starts the event for every VM it names). An agent started again on the
+(``Acted.alone``: an acknowledgement starts the event for every VM it names). An agent started again on the
 VM (systemd on VMSS, the start task after a Batch node's reboot) reads the document first: while the event
 is listed it stops at once; once the VM is back the event is gone and it takes work. Events for other VMs,
 ``Freeze`` (a pause of seconds, memory and files kept) and a shared maintenance event not yet due change
@@ -41,7 +41,7 @@ import threading
 import time
 import urllib.request
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 EVICTING = frozenset({"Preempt", "Terminate"})  # the VM goes for good
 MAINTENANCE = frozenset({"Reboot", "Redeploy"})  # the VM stops and comes back
@@ -52,24 +52,6 @@ EVENTS_API = "2020-07-01"
 INSTANCE_API = "2021-02-01"
 MIN_POLL_S = 0.2  # the bound on the polling rate (Azure's samples poll about once a second)
 HTTP_TIMEOUT_S = 5.0
-
-
-def evictions(document: dict[str, Any], vm_name: str, now: float | None = None,
-              lead_s: float = MAINTENANCE_LEAD_S) -> list[str]:
-    """The EventIds in a Scheduled Events document that this VM stops for: Preempt or Terminate events whose
-    Resources name ``vm_name`` (Azure's VM names are case-insensitive), and Reboot or Redeploy events naming
-    it that are ``due`` at ``now`` (epoch seconds; the clock's). No name, no event concerns us."""
-    return [_id(e) for e, _ in _acted_on(document, vm_name, now, lead_s)]
-
-
-def approvable(document: dict[str, Any], vm_name: str, now: float | None = None) -> list[str]:
-    """The events this VM stops for that it may acknowledge: those naming this VM alone.
-
-    An acknowledgement lets an event proceed for every VM in its Resources, not only the one that sends it
-    (the documented note under "Start an event"): approving a Terminate, Preempt, Reboot or Redeploy shared
-    with other VMs could take them down before their own agents checkpointed. Such an event starts at its
-    NotBefore instead."""
-    return [_id(e) for e, alone in _acted_on(document, vm_name, now) if alone]
 
 
 def due(event: dict[str, Any], alone: bool, now: float, lead_s: float = MAINTENANCE_LEAD_S) -> bool:
@@ -87,9 +69,23 @@ def due(event: dict[str, Any], alone: bool, now: float, lead_s: float = MAINTENA
     return not_before - now <= lead_s
 
 
-def _acted_on(document: dict[str, Any], vm_name: str, now: float | None,
-              lead_s: float = MAINTENANCE_LEAD_S) -> list[tuple[dict[str, Any], bool]]:
-    """The events this VM stops for (``evictions``), each with whether it names this VM alone."""
+class Acted(NamedTuple):
+    """An event this VM stops for: its EventId, its EventType, and whether it names this VM alone, which
+    decides whether the VM may acknowledge it. An acknowledgement lets an event proceed for every VM in its
+    Resources, not only the one that sends it (the documented note under "Start an event"): approving a
+    Terminate, Preempt, Reboot or Redeploy shared with other VMs could take them down before their own agents
+    checkpointed. Such an event starts at its NotBefore instead."""
+
+    event_id: str
+    kind: str
+    alone: bool
+
+
+def acted_on(document: dict[str, Any], vm_name: str, now: float | None = None,
+             lead_s: float = MAINTENANCE_LEAD_S) -> list[Acted]:
+    """The events in a Scheduled Events document that this VM stops for: Preempt or Terminate events whose
+    Resources name ``vm_name`` (Azure's VM names are case-insensitive), and Reboot or Redeploy events naming
+    it that are ``due`` at ``now`` (epoch seconds; the clock's). No name, no event concerns us."""
     if not vm_name:
         return []
     me, at, out = vm_name.casefold(), time.time() if now is None else now, []
@@ -97,12 +93,8 @@ def _acted_on(document: dict[str, Any], vm_name: str, now: float | None,
         names = {str(r).casefold() for r in event.get("Resources") or []}
         alone = names == {me}
         if me in names and (event.get("EventType") in EVICTING or due(event, alone, at, lead_s)):
-            out.append((event, alone))
+            out.append(Acted(str(event.get("EventId", "")), str(event.get("EventType")), alone))
     return out
-
-
-def _id(event: dict[str, Any]) -> str:
-    return str(event.get("EventId", ""))
 
 
 class Imds:
@@ -160,14 +152,14 @@ class EvictionWatcher:
         """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
-            acted = _acted_on(self.imds.scheduled_events(), self.vm_name, time.time())
+            acted = acted_on(self.imds.scheduled_events(), self.vm_name)
         except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
             self.log.warning("agent.imds_unreachable", error=str(exc))
             return False
         if acted:
-            self.pending = [_id(e) for e, alone in acted if alone]
-            self.log.warning("agent.eviction_notice", events=[_id(e) for e, _ in acted], vm=self.vm_name,
-                             types=sorted({str(e.get("EventType")) for e, _ in acted}))
+            self.pending = [a.event_id for a in acted if a.alone]
+            self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,
+                             types=sorted({a.kind for a in acted}))
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
         return bool(acted)
 

@@ -1,11 +1,21 @@
-"""Which Scheduled Events this VM stops for (``workers.eviction.evictions``, ``due``): table-driven over
+"""Which Scheduled Events this VM stops for (``workers.eviction.acted_on``, ``due``): table-driven over
 documents shaped as Azure documents them (learn.microsoft.com/azure/virtual-machines/linux/scheduled-events)."""
 
 from __future__ import annotations
 
 import pytest
 
-from workers.eviction import MAINTENANCE_LEAD_S, approvable, evictions
+from workers.eviction import MAINTENANCE_LEAD_S, acted_on
+
+
+def evictions(document: dict, vm: str, now: float | None = None) -> list[str]:
+    """The EventIds this VM stops for."""
+    return [a.event_id for a in acted_on(document, vm, now)]
+
+
+def approvable(document: dict, vm: str, now: float | None = None) -> list[str]:
+    """The EventIds of those that it may acknowledge."""
+    return [a.event_id for a in acted_on(document, vm, now) if a.alone]
 
 NOW = 1474309787.0  # Mon, 19 Sep 2016 18:29:47 GMT, the documented example's NotBefore
 
