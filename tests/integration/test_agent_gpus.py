@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.pipeline_helpers import ingest_manifest
@@ -86,6 +87,10 @@ def test_local_nodes_on_one_machine_each_get_their_own_share_of_its_gpus(azurite
         for wid, (pid, _) in pool._workers().items():
             raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
             environ = dict(v.split("=", 1) for v in raw.split("\0") if "=" in v)
+            if "UPWELL_GPUS" not in environ:  # an empty environ is an agent that has exited (a zombie): say why
+                log = pool.log_dir / f"worker-{wid}.log"
+                pytest.fail(f"{wid} (pid {pid}, exit {process._CHILDREN[pid].poll()}) has no UPWELL_GPUS; "
+                            f"its log ends: {log.read_text()[-2000:] if log.exists() else '(none)'}")
             given[wid] = environ["UPWELL_GPUS"]
         assert given == {"gpu-1": "0,2", "gpu-2": "1,3"}, given
         assert all(process._CHILDREN[pid].poll() is None for pid, _ in pool._workers().values())
