@@ -11,7 +11,8 @@ Slots: up to ``slots`` work items at once (the pool's tasks per node, UPWELL_SLO
 with its own lease renewal. SIGTERM/SIGINT preempt every running payload, which checkpoints; its
 message is made visible again at once and a preemption, not a failure, is recorded. On an Azure node a
 Scheduled Event that takes this VM down (Preempt, Terminate, a due Reboot or Redeploy) does the same
-(``workers.eviction``), and is acknowledged once the loop has returned. SIGUSR1 drains.
+(``workers.eviction``), and is acknowledged once the loop has returned; after a Reboot or Redeploy the agent
+takes work again once the event has left the document. SIGUSR1 drains.
 The agent also exits after ``idle_exit_s`` without work.
 """
 
@@ -66,6 +67,7 @@ class Agent:
                                       defer_s=config.defer_s)
         self.stop = threading.Event()  # preempt now
         self.drain = threading.Event()  # finish the item in hand, then exit
+        self.quit = threading.Event()  # a signal asked the agent to end (ends a wait for a reboot to be over)
         self.log = logs.get("upwell.agent", pool=config.pool, node=config.node_id)
         self.clock = node_clock(config.shared_machine)  # chosen once: what of wall time is node time
         self.node = Node(config.node_id, config.pool, vm_size=config.vm_size, spot=config.spot,
@@ -83,14 +85,9 @@ class Agent:
         return self.loop.processed
 
     def run(self) -> int:
-        """Receive and handle work items until stopped, drained, idle for ``idle_exit_s`` or at ``max_items``."""
-        watch = eviction.watcher(self.config.eviction_watch, self.config.imds_url, self.stop,
-                                 poll_s=self.config.eviction_poll_s, log=self.log)
-        try:
-            return self.loop.run(lambda msg: self.handle(msg))
-        finally:
-            if watch is not None:  # every attempt has settled: the eviction may be acknowledged
-                watch.finish()
+        """Receive and handle work items until stopped, drained, idle for ``idle_exit_s`` or at ``max_items``;
+        on an Azure node, through the VM's reboots (``workers.eviction.watched``)."""
+        return eviction.watched(lambda: self.loop.run(self.handle), self.config, self.stop, self.quit, log=self.log)
 
     def handle(self, msg) -> str:
         """One message: gather the facts once, decide once, then act; returns what happened (tests, logs)."""
@@ -189,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure()
     config = AgentConfig.from_env(args.pool, idle_exit_s=args.idle_exit, lease_s=args.lease, max_items=args.max_items)
     agent = Agent(Storage(), config)
-    install_signals(agent.stop, agent.drain)
+    install_signals(agent.stop, agent.drain, agent.quit)
     return agent.run()
 
 

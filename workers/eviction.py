@@ -21,17 +21,25 @@ Then the watcher sets the agent's stop event, the same path as SIGTERM (payloads
 at once, a preemption is recorded, the lease loop takes no more work); ``finish`` acknowledges the event with
 the documented ``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every
 attempt in hand settled and its checkpoint is uploaded, but only an event that names this VM alone
-(``Acted.alone``: an acknowledgement starts the event for every VM it names). An agent started again on the
-VM (systemd on VMSS, the start task after a Batch node's reboot) reads the document first: while the event
-is listed it stops at once; once the VM is back the event is gone and it takes work. Events for other VMs,
-``Freeze`` (a pause of seconds, memory and files kept) and a shared maintenance event not yet due change
+(``Acted.alone``: an acknowledgement starts the event for every VM it names).
+
+After a Preempt or a Terminate the agent exits: the VM goes for good. After a Reboot or a Redeploy it does not
+(``watched``): the VM comes back, and its agent must run again there. It waits, taking no work, until no event
+it stops for is listed, then takes work again under a fresh watcher. An event leaves the document once it has
+reached its end, which Azure documents as the signal to recover: typically about 10 minutes after it Started,
+so minutes after the VM is back and its agent started again (a Batch start task runs again on every reboot;
+VMSS's systemd starts the unit). The agent started then reads the event, still Started, first, and waits the
+same way. One that Azure withdraws before it starts, which it documents as rare, also leaves the document,
+and the same agent takes work again. Were the agent to exit instead, a Batch node's start task would end
+with it, and the node would stay in the pool, billed, with no agent until it was removed. Events for other
+VMs, ``Freeze`` (a pause of seconds, memory and files kept) and a shared maintenance event not yet due change
 nothing and are never acknowledged.
 
 Followed: learn.microsoft.com/azure/virtual-machines/linux/scheduled-events (the document, the event types
 and their minimum notice, "Resources", NotBefore (RFC 1123, blank once Started), an event removed from the
-document once it completed or was cancelled, the Metadata header, the StartRequests acknowledgement) and
-.../instance-metadata-service (``/metadata/instance``, ``compute.name``). Locally no watcher runs unless a
-test turns the setting on.
+document once it completed or was cancelled (typically 10 minutes after it Started), the Metadata header,
+the StartRequests acknowledgement) and .../instance-metadata-service (``/metadata/instance``,
+``compute.name``). Locally no watcher runs unless a test turns the setting on.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple
 
@@ -132,6 +141,7 @@ class EvictionWatcher:
         self.imds, self.stop, self.log = imds, stop, log
         self.poll_s = max(MIN_POLL_S, poll_s)
         self.vm_name = ""
+        self.acted: list[Acted] = []
         self.pending: list[str] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="eviction-watcher")
@@ -157,7 +167,7 @@ class EvictionWatcher:
             self.log.warning("agent.imds_unreachable", error=str(exc))
             return False
         if acted:
-            self.pending = [a.event_id for a in acted if a.alone]
+            self.acted, self.pending = acted, [a.event_id for a in acted if a.alone]
             self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,
                              types=sorted({a.kind for a in acted}))
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
@@ -177,9 +187,42 @@ class EvictionWatcher:
             self.log.warning("agent.eviction_ack_failed", events=self.pending, error=str(exc))
 
 
-def watcher(enabled: bool, imds_url: str, stop: threading.Event, *, poll_s: float,
-            log: Any) -> EvictionWatcher | None:
-    """A started watcher on an Azure node (the setting on), None elsewhere: local runs poll no IMDS."""
-    if not enabled:
-        return None
-    return EvictionWatcher(Imds(imds_url), stop, poll_s=poll_s, log=log).start()
+    def over(self, quit_: threading.Event) -> bool:
+        """After ``finish``, for a VM that comes back (every event acted on is a Reboot or a Redeploy): wait,
+        polling, until the document lists no event this VM stops for; True then. False at once for an
+        eviction (the VM goes) or when nothing was acted on, and False when ``quit_`` is set meanwhile (a
+        signal: systemd or docker stopping the agent). An IMDS that does not answer is read again."""
+        if not self.acted or any(a.kind not in MAINTENANCE for a in self.acted):
+            return False
+        ids = [a.event_id for a in self.acted]
+        self.log.info("agent.eviction_wait", events=ids, vm=self.vm_name)
+        while not quit_.wait(self.poll_s):
+            try:
+                if not acted_on(self.imds.scheduled_events(), self.vm_name):
+                    self.log.info("agent.eviction_over", events=ids, vm=self.vm_name)
+                    return True
+            except (OSError, ValueError) as exc:
+                self.log.warning("agent.imds_unreachable", error=str(exc))
+        return False
+
+
+def watched(run: Callable[[], int], config: Any, stop: threading.Event, quit_: threading.Event, *,
+            log: Any) -> int:
+    """Run the agent's lease loop (``run``) under a watcher on an Azure node (``config.eviction_watch``; a
+    local run polls no IMDS): after an event the VM comes back from, once it has left the document, run the
+    loop again under a fresh watcher (``EvictionWatcher.over``), until the loop ends for any other reason.
+    ``quit_`` is set by the agent's signal handlers, which also set ``stop``: a signal that comes while the
+    loop is cleared to run again is not lost."""
+    while True:
+        watch = (EvictionWatcher(Imds(config.imds_url), stop, poll_s=config.eviction_poll_s, log=log).start()
+                 if config.eviction_watch else None)
+        try:
+            done = run()
+        finally:
+            if watch is not None:  # every attempt has settled: the eviction may be acknowledged
+                watch.finish()
+        if watch is None or not watch.over(quit_):
+            return done
+        stop.clear()
+        if quit_.is_set():
+            return done

@@ -2,7 +2,8 @@
 
 - **Signals** (``install_signals``): SIGTERM/SIGINT (spot eviction, scale-in of a busy node) set ``stop``:
   every running payload is stopped and checkpoints, and its message goes back. SIGUSR1 sets ``drain``:
-  finish the items in hand, then exit.
+  finish the items in hand, then exit. Each also sets the agent's ``quit``, which ends a wait for a reboot
+  to be over (``workers.eviction.watched``).
 - **Cancel** (``CancelWatch``): how a running attempt learns of ``upwell cancel``.
 - **Node time** (``NodeClock``), chosen once at start-up by ``node_clock``. On Azure a node's cores are its
   own: ``WallClock`` watches nothing and takes nothing off. Where local nodes share one machine (the
@@ -25,11 +26,15 @@ from workers.jobrows import JobRows
 CANCEL_MAX_AGE_S = 1.0  # a running attempt's tick reuses a job row read this recently (workers.jobrows)
 
 
-def install_signals(stop: threading.Event, drain: threading.Event) -> None:
-    """In the agent's main thread: SIGTERM and SIGINT preempt (``stop``), SIGUSR1 drains (``drain``)."""
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGUSR1, lambda *_: drain.set())
+def install_signals(stop: threading.Event, drain: threading.Event, quit_: threading.Event) -> None:
+    """In the agent's main thread: SIGTERM and SIGINT preempt (``stop``), SIGUSR1 drains (``drain``); each
+    also sets ``quit_`` first (the agent is to end: it does not wait out a reboot, workers.eviction)."""
+    def on(event: threading.Event):
+        return lambda *_: (quit_.set(), event.set())
+
+    signal.signal(signal.SIGTERM, on(stop))
+    signal.signal(signal.SIGINT, on(stop))
+    signal.signal(signal.SIGUSR1, on(drain))
 
 
 class CancelWatch:

@@ -49,12 +49,13 @@ def submit(store: Storage, name: str, t_end: float) -> str:
     return Ingestor(store, Settings()).ingest(blob).job_id
 
 
-def agent(connection: str, imds: ImdsStandIn, scratch: Path) -> subprocess.Popen:
-    """An agent as on an Azure VM: the watcher on, IMDS at the stand-in, polling at 5 Hz."""
+def agent(connection: str, imds: ImdsStandIn, scratch: Path, max_items: int = 1) -> subprocess.Popen:
+    """An agent as on an Azure VM: the watcher on, IMDS at the stand-in, polling at 5 Hz; it exits after
+    ``max_items`` work items (a preempted attempt counts)."""
     env = {**os.environ, names.CONNECTION: connection, "UPWELL_NODE_ID": imds.vm_name, "UPWELL_LEASE_S": "30",
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "UPWELL_SCRATCH": str(scratch),
            "UPWELL_EVICTION_WATCH": "1", "UPWELL_IMDS_URL": imds.url, "UPWELL_EVICTION_POLL_S": "0.2"}
-    return subprocess.Popen([sys.executable, "-m", "workers.agent", "--pool", POOL, "--max-items", "1",
+    return subprocess.Popen([sys.executable, "-m", "workers.agent", "--pool", POOL, "--max-items", str(max_items),
                              "--idle-exit", "30"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
 
@@ -67,11 +68,11 @@ def running(ledger: Ledger, job_id: str) -> bool:
     return getattr(ledger.shard(job_id, "s00000"), "status", None) == "running"
 
 
-def started(connection: str, imds: ImdsStandIn, scratch: Path, ledger: Ledger, job_id: str) -> tuple[
-        subprocess.Popen, int]:
+def started(connection: str, imds: ImdsStandIn, scratch: Path, ledger: Ledger, job_id: str,
+            max_items: int = 1) -> tuple[subprocess.Popen, int]:
     """An agent on the stand-in's VM, once its shard runs and has written a first periodic checkpoint, and
     that checkpoint's step: the shard may resume from no earlier one."""
-    proc = agent(connection, imds, scratch)
+    proc = agent(connection, imds, scratch, max_items)
     wait(lambda: running(ledger, job_id), 60, "the shard to start")
     progress = wait(lambda: list(scratch.glob("upwell-*/work/ckpt/progress.json")), 120, "a first periodic checkpoint")
     return proc, int(json.loads(progress[0].read_text())["marker"])

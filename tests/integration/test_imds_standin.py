@@ -8,13 +8,14 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from types import SimpleNamespace
 
 import pytest
 
 from tests.pipeline_helpers import wait_for
 from upwell import logs
 from upwell.local.imds import ImdsStandIn
-from workers.eviction import EVENTS_API, EvictionWatcher, Imds
+from workers.eviction import EVENTS_API, EvictionWatcher, Imds, watched
 
 FIELDS = {"EventId", "EventType", "ResourceType", "Resources", "EventStatus", "NotBefore", "DurationInSeconds",
           "EventSource", "Description"}
@@ -74,3 +75,55 @@ def test_a_watcher_started_on_a_vm_already_being_evicted_stops_before_any_work()
         assert stop.is_set(), "start() returned before reading Scheduled Events"
         watcher.finish()
         assert imds.acks == [event_id, event_id]
+
+
+def _agent_loop(stop: threading.Event, calls: list[bool]):
+    """The lease loop as ``watched`` sees it: records whether it was stopped on entry, and returns when stopped
+    (at once, if so) or, not stopped, at once as an agent with nothing to do does after its idle time."""
+    def run() -> int:
+        calls.append(stop.is_set())
+        return 0
+    return run
+
+
+def _config(imds: ImdsStandIn) -> SimpleNamespace:
+    return SimpleNamespace(eviction_watch=True, imds_url=imds.url, eviction_poll_s=0.2)
+
+
+def test_after_a_reboot_the_agent_waits_while_the_event_is_listed_then_runs_again():
+    """Azure lists an event until it has reached its end (about 10 minutes after it Started, so after the VM is
+    back): the agent started again after the reboot takes no work until then, and then takes work, where an
+    agent that exited would leave a Batch node with no agent (its start task ended) and a VMSS unit restarting."""
+    stop, quit_, calls = threading.Event(), threading.Event(), []
+    with ImdsStandIn("vmss_3") as imds:
+        reboot = imds.schedule("Reboot", ["vmss_3"], notice_s=900)
+        Imds(imds.url).acknowledge([reboot])  # approved before the reboot: listed as Started now
+        done: list[int] = []
+        thread = threading.Thread(target=lambda: done.append(
+            watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test"))))
+        thread.start()
+        polls = imds.polls
+        wait_for(lambda: imds.polls >= polls + 5, 30, "the agent to read the document while it waits", poll_s=0.05)
+        assert calls == [True] and thread.is_alive(), "the agent took work, or exited, while the Reboot was listed"
+        imds.complete(reboot)
+        thread.join(30)
+        assert not thread.is_alive() and done == [0]
+        assert calls == [True, False], "the agent did not take work again once the Reboot had left the document"
+
+
+@pytest.mark.parametrize("event_type", ["Preempt", "Terminate"])
+def test_after_an_eviction_the_agent_exits_without_waiting(event_type):
+    stop, quit_, calls = threading.Event(), threading.Event(), []
+    with ImdsStandIn("vmss_3") as imds:
+        event_id = imds.schedule(event_type, ["vmss_3"])
+        assert watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test")) == 0
+        assert calls == [True] and imds.acks == [event_id]
+
+
+def test_a_signal_ends_the_wait_for_a_reboot():
+    stop, quit_, calls = threading.Event(), threading.Event(), []
+    with ImdsStandIn("vmss_3") as imds:
+        reboot = imds.schedule("Reboot", ["vmss_3", "vmss_4"], notice_s=600)  # shared, due: never approved
+        threading.Timer(1.0, lambda: (quit_.set(), stop.set())).start()  # as the agent's SIGTERM handler does
+        assert watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test")) == 0
+        assert calls == [True] and imds.acks == [] and imds.document()["Events"][0]["EventId"] == reboot
