@@ -2,7 +2,9 @@
 
 On an Azure node (Batch or VMSS; the pool's agent environment sets ``UPWELL_EVICTION_WATCH``, see
 ``upwell.pools.azure_common.AZURE_VM_ENV``) the agent polls IMDS ``/metadata/scheduledevents`` every
-``eviction_poll_s`` (bounded below, so the rate is bounded). Scheduled Events go to every VM of an
+``eviction_poll_s`` (bounded below, so the rate is bounded; the first request for events enables Scheduled
+Events on a new VM and may take two minutes to answer, which the watcher's thread waits for while the agent
+works, ``FIRST_ANSWER_S``). Scheduled Events go to every VM of an
 availability set or a scale set's placement group, so an event is acted on only when its ``Resources`` name
 this VM (``compute.name`` from IMDS instance metadata, the name Scheduled Events use) and it is one of:
 
@@ -61,6 +63,9 @@ EVENTS_API = "2020-07-01"
 INSTANCE_API = "2021-02-01"
 MIN_POLL_S = 0.2  # the bound on the polling rate (Azure's samples poll about once a second)
 HTTP_TIMEOUT_S = 5.0
+# Scheduled Events is enabled for a VM by its first request for events, whose answer may take up to two minutes
+# (and events come within five): the watcher's thread waits that long for its first answer.
+FIRST_ANSWER_S = 150.0
 
 
 def due(event: dict[str, Any], alone: bool, now: float, lead_s: float = MAINTENANCE_LEAD_S) -> bool:
@@ -112,20 +117,21 @@ class Imds:
     def __init__(self, base_url: str) -> None:
         self.base = base_url.rstrip("/")
 
-    def _call(self, path: str, api: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, path: str, api: str, body: dict[str, Any] | None = None,
+              timeout: float = HTTP_TIMEOUT_S) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.base}/metadata/{path}?api-version={api}", data=data,
                                      headers={"Metadata": "true", "Content-Type": "application/json"})
         # the base URL is a setting: IMDS on Azure, the stand-in in tests
-        with urllib.request.urlopen(req, timeout=HTTP_TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             text = resp.read()
         return json.loads(text) if text.strip() else {}
 
     def vm_name(self) -> str:
         return str(self._call("instance", INSTANCE_API).get("compute", {}).get("name", ""))
 
-    def scheduled_events(self) -> dict[str, Any]:
-        return self._call("scheduledevents", EVENTS_API)
+    def scheduled_events(self, timeout: float = HTTP_TIMEOUT_S) -> dict[str, Any]:
+        return self._call("scheduledevents", EVENTS_API, timeout=timeout)
 
     def acknowledge(self, event_ids: list[str]) -> None:
         self._call("scheduledevents", EVENTS_API, {"StartRequests": [{"EventId": i} for i in event_ids]})
@@ -134,13 +140,15 @@ class Imds:
 class EvictionWatcher:
     """Polls Scheduled Events on its own thread until an eviction of this VM or ``finish``.
 
-    State: the IMDS client, the agent's stop event, the VM's name once read, and the EventIds of the
-    eviction it acted on that this VM may approve (acknowledged by ``finish``)."""
+    State: the IMDS client, the agent's stop event, the VM's name once read, whether Scheduled Events has
+    answered yet, the events it acted on and the EventIds of those this VM may approve (acknowledged by
+    ``finish``)."""
 
     def __init__(self, imds: Imds, stop: threading.Event, *, poll_s: float, log: Any) -> None:
         self.imds, self.stop, self.log = imds, stop, log
         self.poll_s = max(MIN_POLL_S, poll_s)
         self.vm_name = ""
+        self.answered = False
         self.acted: list[Acted] = []
         self.pending: list[str] = []
         self._done = threading.Event()
@@ -148,24 +156,30 @@ class EvictionWatcher:
 
     def start(self) -> EvictionWatcher:
         """Poll once before the agent takes any work (an agent restarted on a VM already being evicted stops
-        at once: an acknowledged event stays listed, Started, until the VM goes), then on the thread."""
-        if not self._poll():
+        at once: an acknowledged event stays listed, Started, until the VM goes), then on the thread. The
+        first poll waits ``HTTP_TIMEOUT_S`` at most: on a new VM, where the first request enables Scheduled
+        Events and its answer is slow, the thread waits for it (``FIRST_ANSWER_S``) while the agent works."""
+        if not self._poll(HTTP_TIMEOUT_S):
             self._thread.start()
         return self
 
     def _watch(self) -> None:
         while not self._done.wait(self.poll_s) and not self.stop.is_set():
-            if self._poll():
+            if self._poll(HTTP_TIMEOUT_S if self.answered else FIRST_ANSWER_S):
                 return
 
-    def _poll(self) -> bool:
+    def _poll(self, timeout: float) -> bool:
         """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
-            acted = acted_on(self.imds.scheduled_events(), self.vm_name)
+            acted = acted_on(self.imds.scheduled_events(timeout), self.vm_name)
         except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
-            self.log.warning("agent.imds_unreachable", error=str(exc))
+            if self.answered or timeout > HTTP_TIMEOUT_S:
+                self.log.warning("agent.imds_unreachable", error=str(exc))
+            else:  # the first request for events enables them: slow on a new VM, and the thread waits for it
+                self.log.info("agent.scheduled_events_enabling", error=str(exc))
             return False
+        self.answered = True
         if acted:
             self.acted, self.pending = acted, [a.event_id for a in acted if a.alone]
             self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
@@ -127,3 +128,35 @@ def test_a_signal_ends_the_wait_for_a_reboot():
         threading.Timer(1.0, lambda: (quit_.set(), stop.set())).start()  # as the agent's SIGTERM handler does
         assert watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test")) == 0
         assert calls == [True] and imds.acks == [] and imds.document()["Events"][0]["EventId"] == reboot
+
+
+class _Recorded:
+    """A logger that keeps what it was told: (level, event)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, event: str, **_) -> None:
+        self.lines.append(("info", event))
+
+    def warning(self, event: str, **_) -> None:
+        self.lines.append(("warning", event))
+
+
+def test_on_a_new_vm_the_watcher_waits_for_scheduled_events_to_be_enabled_without_holding_the_agent():
+    """The first request for events enables Scheduled Events, and its answer may take up to two minutes (here
+    9 s): the agent's start waits 5 s at most, the watcher's thread waits for the answer, warns of no unreachable IMDS,
+    and then acts on an event as it comes."""
+    stop, log = threading.Event(), _Recorded()
+    with ImdsStandIn("vmss_3", enable_s=9.0) as imds:
+        started_at = time.monotonic()
+        watcher = EvictionWatcher(Imds(imds.url), stop, poll_s=0.2, log=log).start()
+        assert time.monotonic() - started_at < 8.0 and not stop.is_set()
+        wait_for(lambda: watcher.answered, 30, "the first answer", poll_s=0.05)
+        assert time.monotonic() - started_at >= 9.0
+        event_id = imds.schedule("Preempt", ["vmss_3"])
+        assert stop.wait(30), "the watcher did not act on an event once Scheduled Events answered"
+        watcher.finish()
+    assert imds.acks == [event_id]
+    assert ("info", "agent.scheduled_events_enabling") in log.lines
+    assert ("warning", "agent.imds_unreachable") not in log.lines, log.lines

@@ -16,7 +16,9 @@ and .../virtual-machines/linux/scheduled-events):
 - ``POST /metadata/scheduledevents`` with ``{"StartRequests": [{"EventId": ...}]}``: approves those events
   (they become Started), which the stand-in records in ``acks``;
 - an event that has happened (the VM is back from its reboot) or that Azure cancelled leaves the document
-  (``complete``), and DocumentIncarnation changes.
+  (``complete``), and DocumentIncarnation changes;
+- Scheduled Events is enabled by the first request for events, whose answer may take up to two minutes
+  (``enable_s``: every read of the document waits until that long after the first one).
 
 State: the VM's identity, the scheduled events, the incarnation and the recorded acknowledgements, under
 one lock (the server answers on its own threads).
@@ -29,7 +31,7 @@ import threading
 import uuid
 from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from time import time
+from time import sleep, time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -39,8 +41,9 @@ class ImdsStandIn:
     ``acked_at`` when;
     ``polls`` counts the Scheduled Events reads (a test bounds the agent's polling rate with it)."""
 
-    def __init__(self, vm_name: str, *, resource_id: str = "", computer_name: str = "") -> None:
-        self.vm_name = vm_name
+    def __init__(self, vm_name: str, *, resource_id: str = "", computer_name: str = "", enable_s: float = 0.0) -> None:
+        self.vm_name, self.enable_s = vm_name, enable_s
+        self.enabled_at: float | None = None  # when the first read of the document asked for it, plus enable_s
         self.resource_id = resource_id or (
             "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/"
             f"Microsoft.Compute/virtualMachines/{vm_name}")
@@ -92,6 +95,12 @@ class ImdsStandIn:
                 "osProfile": {"computerName": self.computer_name}}
 
     def document(self) -> dict[str, Any]:
+        with self._lock:
+            if self.enabled_at is None:
+                self.enabled_at = time() + self.enable_s
+            wait = self.enabled_at - time()
+        if wait > 0:  # Scheduled Events is being enabled: the answer comes once it is
+            sleep(wait)
         with self._lock:
             self.polls += 1
             return {"DocumentIncarnation": self._incarnation, "Events": [dict(e) for e in self._events]}
@@ -147,5 +156,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a slow first answer)
+            pass
