@@ -147,14 +147,16 @@ def test_train_ranks_get_nccl_only_with_a_gpu_each(gpus, ranks, backend):
 
 def test_train_ranks_shown_several_mig_instances_each_keep_one(monkeypatch):
     """A CUDA process uses one MIG instance however many it is shown: each local rank keeps its own, round robin,
-    before CUDA starts; whole GPUs, and a single instance, are left as the shard was given them."""
+    before CUDA starts, also where the shard's devices mix an instance and a whole GPU (a node with one GPU
+    partitioned); whole GPUs only, and a single device, are left as the shard was given them."""
     from workers.payloads import train
 
     mig = "MIG-a686709d-6dc2-542a-8851-0d2508448c10,MIG-53864714-0a66-5df2-9007-9268e30d9a72"
     first, second = mig.split(",")
     assert [train.own_instance(mig, r) for r in range(3)] == [first, second, first]
     assert train.own_instance(first, 1) is None and train.own_instance("0,1", 1) is None
-    assert train.own_instance("", 0) is None and train.own_instance(f"{first},1", 1) is None
+    assert train.own_instance("", 0) is None
+    assert [train.own_instance(f"1,{first}", r) for r in range(2)] == ["1", first]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", mig)
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")

@@ -73,7 +73,7 @@ class Dist:
         if world > 1:
             import torch.distributed as dist
 
-            backend = placement(gpus, local_world, mig=shown.startswith("MIG-"))
+            backend = placement(gpus, local_world, mig=any(g.startswith("MIG-") for g in _ids(shown)))
             dist.init_process_group(backend, init_method="env://")
         return cls(rank, world, device, backend, gpus)
 
@@ -97,13 +97,18 @@ class Dist:
         return out
 
 
+def _ids(visible: str) -> list[str]:
+    return [g.strip() for g in visible.split(",") if g.strip()]
+
+
 def own_instance(visible: str, local_rank: int) -> str | None:
-    """The MIG instance that local rank ``local_rank`` keeps of the shard's (``workers.gpus`` names them by
-    UUID), or None where the shard was given whole GPUs or one instance. A CUDA process uses a single MIG
-    instance however many it is shown, so ranks shown several would all land on the first: each rank keeps
-    one of its own, round robin, and the ranks talk over gloo (``placement``)."""
-    ids = [g.strip() for g in visible.split(",") if g.strip()]
-    if len(ids) < 2 or not all(g.startswith("MIG-") for g in ids):
+    """The device that local rank ``local_rank`` keeps of the shard's where any of them is a MIG instance
+    (``workers.gpus`` names those by UUID), or None where the shard was given whole GPUs only, or one device. A
+    CUDA process enumerates a single MIG instance however many it is shown, so ranks shown several would all land
+    on the first: each rank keeps one device of its own, round robin (an instance, or a whole GPU of a node
+    whose other GPUs are partitioned), and the ranks talk over gloo (``placement``, the same test)."""
+    ids = _ids(visible)
+    if len(ids) < 2 or not any(g.startswith("MIG-") for g in ids):
         return None
     return ids[local_rank % len(ids)]
 
