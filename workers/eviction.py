@@ -22,8 +22,8 @@ this VM (``compute.name`` from IMDS instance metadata, the name Scheduled Events
 Then the watcher sets the agent's stop event, the same path as SIGTERM (payloads checkpoint, messages go back
 at once, a preemption is recorded, the lease loop takes no more work); ``finish`` acknowledges the event with
 the documented ``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has returned, that is once every
-attempt in hand settled and its checkpoint is uploaded, but only an event that names this VM alone
-(``Acted.alone``: an acknowledgement starts the event for every VM it names).
+attempt in hand settled and its checkpoint is uploaded, but only an event that names this VM alone (an
+acknowledgement starts the event for every VM it names) and has not Started yet (``Acted.approvable``).
 
 After a Preempt or a Terminate the agent exits: the VM goes for good. After a Reboot or a Redeploy it does not
 (``watched``): the VM comes back, and its agent must run again there. It waits, taking no work, until no event
@@ -84,15 +84,22 @@ def due(event: dict[str, Any], alone: bool, now: float, lead_s: float = MAINTENA
 
 
 class Acted(NamedTuple):
-    """An event this VM stops for: its EventId, its EventType, and whether it names this VM alone, which
-    decides whether the VM may acknowledge it. An acknowledgement lets an event proceed for every VM in its
-    Resources, not only the one that sends it (the documented note under "Start an event"): approving a
-    Terminate, Preempt, Reboot or Redeploy shared with other VMs could take them down before their own agents
-    checkpointed. Such an event starts at its NotBefore instead."""
+    """An event this VM stops for: its EventId, its EventType, whether it names this VM alone and whether it
+    has Started, which decide whether the VM acknowledges it (``approvable``). An acknowledgement lets an event
+    proceed for every VM in its Resources, not only the one that sends it (the documented note under "Start an
+    event"): approving a Terminate, Preempt, Reboot or Redeploy shared with other VMs could take them down
+    before their own agents checkpointed. Such an event starts at its NotBefore instead. One that has Started
+    needs no approval (IMDS would answer 200 and nothing more): an agent started again during a reboot's
+    event, which stays listed until about 10 minutes after it Started, does not send one."""
 
     event_id: str
     kind: str
     alone: bool
+    started: bool = False
+
+    @property
+    def approvable(self) -> bool:
+        return self.alone and not self.started
 
 
 def acted_on(document: dict[str, Any], vm_name: str, now: float | None = None,
@@ -107,7 +114,8 @@ def acted_on(document: dict[str, Any], vm_name: str, now: float | None = None,
         names = {str(r).casefold() for r in event.get("Resources") or []}
         alone = names == {me}
         if me in names and (event.get("EventType") in EVICTING or due(event, alone, at, lead_s)):
-            out.append(Acted(str(event.get("EventId", "")), str(event.get("EventType")), alone))
+            out.append(Acted(str(event.get("EventId", "")), str(event.get("EventType")), alone,
+                             event.get("EventStatus") == "Started"))
     return out
 
 
@@ -181,7 +189,7 @@ class EvictionWatcher:
             return False
         self.answered = True
         if acted:
-            self.acted, self.pending = acted, [a.event_id for a in acted if a.alone]
+            self.acted, self.pending = acted, [a.event_id for a in acted if a.approvable]
             self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,
                              types=sorted({a.kind for a in acted}))
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work

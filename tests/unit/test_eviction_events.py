@@ -15,7 +15,7 @@ def evictions(document: dict, vm: str, now: float | None = None) -> list[str]:
 
 def approvable(document: dict, vm: str, now: float | None = None) -> list[str]:
     """The EventIds of those that it may acknowledge."""
-    return [a.event_id for a in acted_on(document, vm, now) if a.alone]
+    return [a.event_id for a in acted_on(document, vm, now) if a.approvable]
 
 NOW = 1474309787.0  # Mon, 19 Sep 2016 18:29:47 GMT, the documented example's NotBefore
 
@@ -82,8 +82,10 @@ APPROVABLE = [
     ("the name compared without case", [event("Preempt", ["VMSS_3"])], ["E1"]),
     # an acknowledgement starts the event for every VM it names: another VM's agent may still checkpoint
     ("shared with another VM", [event("Terminate", ["vmss_3", "vmss_4"])], []),
-    ("already started: approved again, as a restarted agent does (IMDS answers 200)",
-     [event("Terminate", ["vmss_3"], status="Started")], ["E1"]),
+    ("already started: it needs no approval (IMDS would answer 200), and a restarted agent sends none",
+     [event("Terminate", ["vmss_3"], status="Started")], []),
+    ("a reboot of this VM alone, started (the VM back, the event still listed)",
+     [event("Reboot", ["vmss_3"], status="Started", not_before="")], []),
     ("a freeze of this VM alone", [event("Freeze", ["vmss_3"])], []),
     ("a reboot of this VM alone", [event("Reboot", ["vmss_3"], not_before=IN_16_MIN)], ["E1"]),
     ("a shared reboot, due", [event("Reboot", ["vmss_3", "vmss_4"], not_before=IN_14_MIN)], []),
