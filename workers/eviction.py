@@ -208,7 +208,6 @@ class EvictionWatcher:
         except (OSError, ValueError) as exc:  # the platform proceeds at NotBefore anyway
             self.log.warning("agent.eviction_ack_failed", events=self.pending, error=str(exc))
 
-
     def over(self, quit_: threading.Event) -> bool:
         """After ``finish``, for a VM that comes back (every event acted on is a Reboot or a Redeploy): wait,
         polling, until the document lists no event this VM stops for; True then. False at once for an
