@@ -11,8 +11,8 @@ Slots: up to ``slots`` work items at once (the pool's tasks per node, UPWELL_SLO
 with its own lease renewal. SIGTERM/SIGINT preempt every running payload, which checkpoints; its
 message is made visible again at once and a preemption, not a failure, is recorded. On an Azure node a
 Scheduled Event that takes this VM down (Preempt, Terminate, a due Reboot or Redeploy) does the same
-(``workers.eviction``), and is acknowledged once the loop has returned; after a Reboot or Redeploy the agent
-takes work again once the event has left the document. SIGUSR1 drains.
+(``workers.eviction``), and is acknowledged once the loop has returned; the agent then takes no work until
+the event has left the document (a VM back from a Reboot or Redeploy gets its agent back). SIGUSR1 drains.
 The agent also exits after ``idle_exit_s`` without work.
 """
 

@@ -25,17 +25,17 @@ the documented ``{"StartRequests": [{"EventId": ...}]}`` POST once the loop has 
 attempt in hand settled and its checkpoint is uploaded, but only an event that names this VM alone (an
 acknowledgement starts the event for every VM it names) and has not Started yet (``Acted.approvable``).
 
-After a Preempt or a Terminate the agent exits: the VM goes for good. After a Reboot or a Redeploy it does not
-(``watched``): the VM comes back, and its agent must run again there. It waits, taking no work, until no event
-it stops for is listed, then takes work again under a fresh watcher. An event leaves the document once it has
-reached its end, which Azure documents as the signal to recover: typically about 10 minutes after it Started,
-so minutes after the VM is back and its agent started again (a Batch start task runs again on every reboot;
-VMSS's systemd starts the unit). The agent started then reads the event, still Started, first, and waits the
-same way. One that Azure withdraws before it starts, which it documents as rare, also leaves the document,
-and the same agent takes work again. Were the agent to exit instead, a Batch node's start task would end
-with it, and the node would stay in the pool, billed, with no agent until it was removed. Events for other
-VMs, ``Freeze`` (a pause of seconds, memory and files kept) and a shared maintenance event not yet due change
-nothing and are never acknowledged.
+Then the agent does not exit (``watched``): it waits, taking no work, until no event it stops for is listed,
+then takes work again under a fresh watcher. An event leaves the document once it has reached its end, which
+Azure documents as the signal to recover, or when Azure withdraws it (documented as rare). After a Preempt or a
+Terminate the VM goes, and the agent with it. After a Reboot or a Redeploy the VM comes back and its agent
+must run there again: the event stays listed, Started, until typically about 10 minutes after it Started, so
+minutes after the VM is back and its agent started again (a Batch start task runs again on every reboot;
+VMSS's systemd starts the unit); that agent reads the event first and waits the same way. Were the agent to
+exit instead, a Batch node's start task would end with it, the node staying in the pool, billed, with no
+agent until it was removed, and a VMSS unit would start and stop every 10 s while the event is listed (up to
+15 minutes for a scale-in's Terminate). Events for other VMs, ``Freeze`` (a pause of seconds, memory and
+files kept) and a shared maintenance event not yet due change nothing and are never acknowledged.
 
 Followed: learn.microsoft.com/azure/virtual-machines/linux/scheduled-events (the document, the event types
 and their minimum notice, "Resources", NotBefore (RFC 1123, blank once Started), an event removed from the
@@ -209,11 +209,12 @@ class EvictionWatcher:
             self.log.warning("agent.eviction_ack_failed", events=self.pending, error=str(exc))
 
     def over(self, quit_: threading.Event) -> bool:
-        """After ``finish``, for a VM that comes back (every event acted on is a Reboot or a Redeploy): wait,
-        polling, until the document lists no event this VM stops for; True then. False at once for an
-        eviction (the VM goes) or when nothing was acted on, and False when ``quit_`` is set meanwhile (a
-        signal: systemd or docker stopping the agent). An IMDS that does not answer is read again."""
-        if not self.acted or any(a.kind not in MAINTENANCE for a in self.acted):
+        """After ``finish``, when an event was acted on: wait, polling, until the document lists no event this
+        VM stops for (the VM is back from a Reboot or a Redeploy, or Azure withdrew the event); True then. A VM
+        that goes (Preempt, Terminate) takes the waiting agent with it. False at once when nothing was acted
+        on, and False when ``quit_`` is set meanwhile (a signal: systemd or docker stopping the agent). An IMDS
+        that does not answer is read again."""
+        if not self.acted:
             return False
         ids = [a.event_id for a in self.acted]
         self.log.info("agent.eviction_wait", events=ids, vm=self.vm_name)
@@ -230,8 +231,8 @@ class EvictionWatcher:
 def watched(run: Callable[[], int], config: Any, stop: threading.Event, quit_: threading.Event, *,
             log: Any) -> int:
     """Run the agent's lease loop (``run``) under a watcher on an Azure node (``config.eviction_watch``; a
-    local run polls no IMDS): after an event the VM comes back from, once it has left the document, run the
-    loop again under a fresh watcher (``EvictionWatcher.over``), until the loop ends for any other reason.
+    local run polls no IMDS): after an event, once it has left the document, run the loop again under a fresh
+    watcher (``EvictionWatcher.over``), until the loop ends for any other reason.
     ``quit_`` is set by the agent's signal handlers, which also set ``stop``: a signal that comes while the
     loop is cleared to run again is not lost."""
     while True:

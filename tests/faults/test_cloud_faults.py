@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from email.utils import parsedate_to_datetime
@@ -84,6 +85,13 @@ def finished(proc: subprocess.Popen, timeout: float = 240) -> str:
     return out
 
 
+def gone(proc: subprocess.Popen) -> str:
+    """The VM goes under an agent waiting for its eviction (here: SIGTERM, as systemd stops the unit when the
+    OS goes down); its output, once it exited cleanly."""
+    proc.send_signal(signal.SIGTERM)
+    return finished(proc, timeout=60)
+
+
 def lost(store: Storage, ledger: Ledger, job_id: str) -> int:
     """Shards of the job (here one) without a succeeded result, or poisoned (collect, not run here, would
     count the result into the row)."""
@@ -128,8 +136,12 @@ def test_a_preempt_for_this_vm_checkpoints_releases_acknowledges_and_resumes(azu
         assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
         event_id = imds.schedule("Preempt", ["upwell-mpi-spot_0"], notice_s=NOTICE_S)
         not_before = parsedate_to_datetime(imds.document()["Events"][0]["NotBefore"]).timestamp()
-        out = finished(proc, timeout=60)
+        wait(lambda: imds.acks or proc.poll() is not None, 60, "the Preempt's acknowledgement")
+        # the agent waits for the VM to go, taking no work; here the VM goes as the agent is stopped
+        assert proc.poll() is None, "the agent exited: on VMSS systemd would restart it every 10 s"
+        out = gone(proc)
         assert "agent.eviction_notice" in out and "agent.preempted" in out, out[-3000:]
+        assert "agent.eviction_wait" in out, out[-3000:]
         # acknowledged with its EventId, after the release (the loop had returned), before NotBefore
         assert imds.acks == [event_id], out[-3000:]
         assert imds.acked_at[event_id] <= not_before

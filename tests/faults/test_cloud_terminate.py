@@ -12,8 +12,9 @@ eviction watcher on and IMDS at the stand-in.
 - A ``Freeze`` for this VM (a pause of a few seconds, memory and files kept: no action is needed) is read
   and left alone: the payload keeps running, nothing is acknowledged.
 - Then a ``Terminate`` (EventSource ``User``, five minutes' notice): the agent checkpoints, releases the
-  message at once, takes no more work (restarted on the same VM, as systemd does, it takes nothing), and the
-  shard resumes on ``upwell-mpi_1`` from its checkpoint with a preemption and no failure counted; lost = 0.
+  message at once, takes no more work and waits for the VM to go (an agent started again on the VM takes
+  nothing either), and the shard resumes on ``upwell-mpi_1`` from its checkpoint with a preemption and no
+  failure counted; lost = 0.
 - The acknowledgement: a Terminate naming this VM alone is acknowledged with its EventId only (never the
   Freeze's); one naming this VM and another (one scale-in of two instances) is never acknowledged, since
   approving it would start the other VM's deletion before its own agent checkpointed: it starts at its
@@ -26,7 +27,7 @@ import json
 
 import pytest
 
-from tests.faults.test_cloud_faults import POOL, agent, finished, lost, record, running, started, submit, wait
+from tests.faults.test_cloud_faults import POOL, agent, finished, gone, lost, record, running, started, submit, wait
 from upwell import names
 from upwell.ledger import Ledger
 from upwell.local.imds import ImdsStandIn
@@ -51,16 +52,28 @@ def test_terminate_checkpoints_releases_and_resumes_a_freeze_is_left_alone(azuri
         wait(lambda: imds.polls > seen + 1 or proc.poll() is not None, 60, "the watcher to read the Freeze")
         assert proc.poll() is None and running(ledger, job_id), "a Freeze stopped the agent"
         terminate = imds.schedule("Terminate", resources, notice_s=TERMINATE_NOTICE_S, source="User")
-        out = finished(proc, timeout=60)
-        assert "agent.eviction_notice" in out and "agent.preempted" in out, out[-3000:]
-        assert imds.acks == ([terminate] if resources == [VM] else []), out[-3000:]
+        wait(lambda: getattr(ledger.shard(job_id, "s00000"), "status", None) == "preempted" or proc.poll() is not None,
+             60, "the shard to be checkpointed and released")
         peeked = store.queue(names.work_queue(POOL)).peek_messages(max_messages=1)
         assert peeked and job_id in peeked[0].content, "the message was not released at once"
-        # restarted on the VM being deleted (systemd's Restart=always): it takes no work; an approval it repeats
-        # names the same event (IMDS answers 200 to an event already approved)
-        again = finished(agent(azurite.connection_string, imds, tmp_path / "again"), timeout=60)
-        assert "agent.eviction_notice" in again and "agent.run" not in again, again[-3000:]
-        assert set(imds.acks) == ({terminate} if resources == [VM] else set()), again[-3000:]
+        if resources == [VM]:
+            wait(lambda: imds.acks or proc.poll() is not None, 60, "the Terminate's acknowledgement")
+        # the agent waits for the VM to go, taking no work (on VMSS it is not restarted every 10 s meanwhile)
+        seen = imds.polls
+        wait(lambda: imds.polls > seen + 5 or proc.poll() is not None, 60, "the agent to wait")
+        assert proc.poll() is None, "the agent exited while its VM's Terminate was listed"
+        out = gone(proc)
+        assert "agent.eviction_notice" in out and "agent.preempted" in out, out[-3000:]
+        assert "agent.eviction_wait" in out, out[-3000:]
+        assert imds.acks == ([terminate] if resources == [VM] else []), out[-3000:]
+        # an agent started again on the VM being deleted (after a crash, say) takes no work and approves nothing
+        # more (the event is Started, or shared)
+        again = agent(azurite.connection_string, imds, tmp_path / "again")
+        seen = imds.polls
+        wait(lambda: imds.polls > seen + 5 or again.poll() is not None, 60, "the agent started again to wait")
+        again_out = gone(again)
+        assert "agent.eviction_notice" in again_out and "agent.run" not in again_out, again_out[-3000:]
+        assert imds.acks == ([terminate] if resources == [VM] else []), again_out[-3000:]
     shard = ledger.shard(job_id, "s00000")
     assert shard.status == "preempted" and int(shard.preemptions) == 1 and not shard.failures
     assert [b.name for b in store.list(names.CHECKPOINTS, f"{job_id}/s00000/")], "no checkpoint was uploaded"

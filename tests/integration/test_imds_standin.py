@@ -113,12 +113,33 @@ def test_after_a_reboot_the_agent_waits_while_the_event_is_listed_then_runs_agai
 
 
 @pytest.mark.parametrize("event_type", ["Preempt", "Terminate"])
-def test_after_an_eviction_the_agent_exits_without_waiting(event_type):
+def test_after_an_eviction_the_agent_waits_for_the_vm_to_go_and_a_signal_ends_it(event_type):
+    """The VM goes with the agent in it; until then the agent takes no work and does not exit (a VMSS unit
+    would start and stop every 10 s while the event is listed). systemd or docker stopping it ends the wait."""
     stop, quit_, calls = threading.Event(), threading.Event(), []
     with ImdsStandIn("vmss_3") as imds:
         event_id = imds.schedule(event_type, ["vmss_3"])
+        done: list[int] = []
+        thread = threading.Thread(target=lambda: done.append(
+            watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test"))))
+        thread.start()
+        wait_for(lambda: imds.acks, 30, "the acknowledgement", poll_s=0.05)
+        polls = imds.polls
+        wait_for(lambda: imds.polls >= polls + 5, 30, "the agent to read the document while it waits", poll_s=0.05)
+        assert thread.is_alive() and calls == [True] and imds.acks == [event_id]
+        quit_.set()
+        stop.set()  # as the agent's SIGTERM handler does
+        thread.join(30)
+        assert not thread.is_alive() and done == [0] and calls == [True]
+
+
+def test_a_withdrawn_terminate_lets_the_agent_take_work_again():
+    stop, quit_, calls = threading.Event(), threading.Event(), []
+    with ImdsStandIn("vmss_3") as imds:
+        event_id = imds.schedule("Terminate", ["vmss_3", "vmss_4"], notice_s=300)  # shared: never approved
+        threading.Timer(1.0, lambda: imds.complete(event_id)).start()  # Azure withdraws it
         assert watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test")) == 0
-        assert calls == [True] and imds.acks == [event_id]
+        assert calls == [True, False] and imds.acks == []
 
 
 def test_a_signal_ends_the_wait_for_a_reboot():
