@@ -184,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-items", type=int, default=0)
     args = parser.parse_args(argv)
     logs.configure()
+    eviction.imds_direct(os.environ)  # before any credential asks IMDS for a token
     config = AgentConfig.from_env(args.pool, idle_exit_s=args.idle_exit, lease_s=args.lease, max_items=args.max_items)
     agent = Agent(Storage(), config)
     install_signals(agent.stop, agent.drain, agent.quit)

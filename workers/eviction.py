@@ -50,7 +50,7 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple
 
@@ -120,10 +120,12 @@ def acted_on(document: dict[str, Any], vm_name: str, now: float | None = None,
 
 
 class Imds:
-    """IMDS at ``base_url`` (Azure's: http://169.254.169.254): every request carries ``Metadata: true``."""
+    """IMDS at ``base_url`` (Azure's: http://169.254.169.254): every request carries ``Metadata: true`` and goes
+    direct, whatever proxy the environment names (IMDS must not be reached through a proxy: documented)."""
 
     def __init__(self, base_url: str) -> None:
         self.base = base_url.rstrip("/")
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def _call(self, path: str, api: str, body: dict[str, Any] | None = None,
               timeout: float = HTTP_TIMEOUT_S) -> dict[str, Any]:
@@ -131,7 +133,7 @@ class Imds:
         req = urllib.request.Request(f"{self.base}/metadata/{path}?api-version={api}", data=data,
                                      headers={"Metadata": "true", "Content-Type": "application/json"})
         # the base URL is a setting: IMDS on Azure, the stand-in in tests
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with self._opener.open(req, timeout=timeout) as resp:
             text = resp.read()
         return json.loads(text) if text.strip() else {}
 
@@ -226,6 +228,22 @@ class EvictionWatcher:
             except (OSError, ValueError) as exc:
                 self.log.warning("agent.imds_unreachable", error=str(exc))
         return False
+
+
+IMDS_HOST = "169.254.169.254"
+PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
+
+
+def imds_direct(environ: MutableMapping[str, str]) -> None:
+    """Where the node's environment names a proxy (options.env, or one docker adds from its client config),
+    put IMDS in NO_PROXY and no_proxy: azure-identity's managed identity asks IMDS for its tokens through the
+    environment's proxy unless told otherwise there, and IMDS refuses to be reached through one."""
+    if not any(environ.get(k) for k in PROXY_VARS):
+        return
+    for key in ("NO_PROXY", "no_proxy"):
+        hosts = [h.strip() for h in environ.get(key, "").split(",") if h.strip()]
+        if IMDS_HOST not in hosts and "*" not in hosts:
+            environ[key] = ",".join([*hosts, IMDS_HOST])
 
 
 def watched(run: Callable[[], int], config: Any, stop: threading.Event, quit_: threading.Event, *,

@@ -181,3 +181,19 @@ def test_on_a_new_vm_the_watcher_waits_for_scheduled_events_to_be_enabled_withou
     assert imds.acks == [event_id]
     assert ("info", "agent.scheduled_events_enabling") in log.lines
     assert ("warning", "agent.imds_unreachable") not in log.lines, log.lines
+
+
+def test_imds_is_reached_direct_whatever_proxy_the_environment_names(monkeypatch):
+    """IMDS must not be reached through a proxy (documented): a proxy named in the environment (here one that
+    refuses every connection) is not used for it."""
+    for key in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(key, "http://127.0.0.1:9")
+    for key in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(key, raising=False)
+    with ImdsStandIn("vmss_3") as imds:
+        event_id = imds.schedule("Preempt", ["vmss_3"])
+        client = Imds(imds.url)
+        assert client.vm_name() == "vmss_3"
+        assert client.scheduled_events()["Events"][0]["EventId"] == event_id
+        client.acknowledge([event_id])
+        assert imds.acks == [event_id]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workers.eviction import MAINTENANCE_LEAD_S, acted_on
+from workers.eviction import MAINTENANCE_LEAD_S, acted_on, imds_direct
 
 
 def evictions(document: dict, vm: str, now: float | None = None) -> list[str]:
@@ -97,3 +97,21 @@ APPROVABLE = [
 @pytest.mark.parametrize(("events", "expected"), [c[1:] for c in APPROVABLE], ids=[c[0] for c in APPROVABLE])
 def test_only_an_eviction_of_this_vm_alone_is_approved(events, expected):
     assert approvable({"DocumentIncarnation": 3, "Events": events}, "vmss_3", NOW) == expected
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({}, {}),  # no proxy: nothing added
+    ({"HTTPS_PROXY": "http://proxy:3128"},
+     {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "169.254.169.254", "no_proxy": "169.254.169.254"}),
+    ({"http_proxy": "http://proxy:3128", "NO_PROXY": "10.0.0.0/8, .internal", "no_proxy": "169.254.169.254"},
+     {"http_proxy": "http://proxy:3128", "NO_PROXY": "10.0.0.0/8,.internal,169.254.169.254",
+      "no_proxy": "169.254.169.254"}),
+    ({"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "*", "no_proxy": "*"},
+     {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "*", "no_proxy": "*"}),
+], ids=["no-proxy", "proxy", "proxy-with-a-list", "proxy-bypassed-for-all"])
+def test_a_proxy_in_the_environment_puts_imds_in_no_proxy(environ, expected):
+    """azure-identity's managed identity reaches IMDS through the environment's proxy unless NO_PROXY names it;
+    IMDS refuses proxied requests."""
+    env = dict(environ)
+    imds_direct(env)
+    assert env == expected

@@ -60,15 +60,16 @@ def agent_script(spec: PoolSpec, spot: bool) -> str:
         token_url = (f"{IMDS}/identity/oauth2/token?api-version=2018-02-01&resource=https://management.azure.com/"
                      + (f"&client_id={client_id}" if client_id else ""))
         login = (
-            f"TOKEN=$(curl -sf -H Metadata:true '{token_url}' | {_json_field('access_token')})\n"
+            f"TOKEN=$(curl -sf --noproxy '*' -H Metadata:true '{token_url}' | {_json_field('access_token')})\n"
             f"REFRESH=$(curl -sf -X POST -d \"grant_type=access_token&service={registry}&access_token=$TOKEN\" "
             f"'https://{registry}/oauth2/exchange' | {_json_field('refresh_token')})\n"
             f"echo \"$REFRESH\" | docker login -u {ACR_ANON_USER} --password-stdin {registry}\n")
     return (
         "#!/bin/sh\n"
-        "# Runs the upwell agent container; systemd restarts it if it exits.\n"
+        "# Runs the upwell agent container; systemd restarts it if it exits. IMDS is never reached through a proxy.\n"
         "set -eu\n"
-        f"NAME=$(curl -sf -H Metadata:true '{IMDS}/instance/compute/name?api-version=2021-02-01&format=text')\n"
+        f"NAME=$(curl -sf --noproxy '*' -H Metadata:true "
+        f"'{IMDS}/instance/compute/name?api-version=2021-02-01&format=text')\n"
         f"{login}"
         f"exec docker run --rm --name upwell-agent --network host{gpu} --env-file /etc/upwell/agent.env "
         f"-e UPWELL_NODE_ID=\"$NAME\" -e UPWELL_NODE_SPOT={int(spot)} {shlex.quote(az.image(spec))} {agent}\n")
