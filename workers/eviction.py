@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, MutableMapping
 from email.utils import parsedate_to_datetime
@@ -183,11 +184,8 @@ class EvictionWatcher:
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
             acted = acted_on(self.imds.scheduled_events(timeout), self.vm_name)
-        except (OSError, ValueError) as exc:  # IMDS unreachable or garbled: the next poll tries again
-            if self.answered or timeout > HTTP_TIMEOUT_S:
-                self.log.warning("agent.imds_unreachable", error=str(exc))
-            else:  # the first request for events enables them: slow on a new VM, and the thread waits for it
-                self.log.info("agent.scheduled_events_enabling", error=str(exc))
+        except (OSError, ValueError) as exc:  # IMDS unreachable, busy or garbled: the next poll tries again
+            self._failed(exc, first=not self.answered and timeout <= HTTP_TIMEOUT_S)
             return False
         self.answered = True
         if acted:
@@ -196,6 +194,17 @@ class EvictionWatcher:
                              types=sorted({a.kind for a in acted}))
             self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
         return bool(acted)
+
+    def _failed(self, exc: Exception, *, first: bool = False) -> None:
+        """Log a read of IMDS that failed: over its rate limit (5 requests a second per VM, whoever sends them:
+        429) or a ``first`` read that timed out while Scheduled Events is being enabled, as what they are;
+        anything else as IMDS unreachable."""
+        if isinstance(exc, urllib.error.HTTPError) and exc.code == 429:
+            self.log.info("agent.imds_throttled")
+        elif first:  # the first request for events enables them: slow on a new VM, and the thread waits for it
+            self.log.info("agent.scheduled_events_enabling", error=str(exc))
+        else:
+            self.log.warning("agent.imds_unreachable", error=str(exc))
 
     def finish(self) -> None:
         """After the lease loop returned (every attempt settled): acknowledge the evictions acted on."""
@@ -226,7 +235,7 @@ class EvictionWatcher:
                     self.log.info("agent.eviction_over", events=ids, vm=self.vm_name)
                     return True
             except (OSError, ValueError) as exc:
-                self.log.warning("agent.imds_unreachable", error=str(exc))
+                self._failed(exc)
         return False
 
 

@@ -197,3 +197,29 @@ def test_imds_is_reached_direct_whatever_proxy_the_environment_names(monkeypatch
         assert client.scheduled_events()["Events"][0]["EventId"] == event_id
         client.acknowledge([event_id])
         assert imds.acks == [event_id]
+
+
+def test_imds_over_its_rate_limit_is_logged_as_throttled_and_the_watcher_still_acts():
+    """IMDS refuses requests beyond 5 a second from a VM, whoever sends them, with 429 (documented): with another
+    process on the VM reading IMDS 10 times a second, the watcher's reads are refused now and then; it says so
+    as throttling, not as IMDS unreachable, and still acts on its VM's Preempt."""
+    stop, log, hog_stop = threading.Event(), _Recorded(), threading.Event()
+    with ImdsStandIn("vmss_3", rate_limit=5) as imds:
+        def hog() -> None:
+            client = Imds(imds.url)
+            while not hog_stop.wait(0.1):
+                try:
+                    client.vm_name()
+                except OSError:
+                    pass
+
+        threading.Thread(target=hog, daemon=True).start()
+        watcher = EvictionWatcher(Imds(imds.url), stop, poll_s=0.2, log=log).start()
+        wait_for(lambda: ("info", "agent.imds_throttled") in log.lines, 30, "a throttled read", poll_s=0.05)
+        event_id = imds.schedule("Preempt", ["vmss_3"])
+        assert stop.wait(30), "the watcher did not act on its VM's Preempt while IMDS was busy"
+        hog_stop.set()
+        time.sleep(1.1)  # the limit's second passes: the acknowledgement goes through
+        watcher.finish()
+        assert imds.throttled > 0 and imds.acks == [event_id]
+    assert ("warning", "agent.imds_unreachable") not in log.lines, log.lines

@@ -18,7 +18,9 @@ and .../virtual-machines/linux/scheduled-events):
 - an event that has happened (the VM is back from its reboot) or that Azure cancelled leaves the document
   (``complete``), and DocumentIncarnation changes;
 - Scheduled Events is enabled by the first request for events, whose answer may take up to two minutes
-  (``enable_s``: every read of the document waits until that long after the first one).
+  (``enable_s``: every read of the document waits until that long after the first one);
+- requests beyond 5 a second from the VM, whoever sends them, are refused with 429 (``rate_limit``, off unless a
+  test asks: the agent's own polling floor is 5 a second).
 
 State: the VM's identity, the scheduled events, the incarnation and the recorded acknowledgements, under
 one lock (the server answers on its own threads).
@@ -41,8 +43,11 @@ class ImdsStandIn:
     ``acked_at`` when;
     ``polls`` counts the Scheduled Events reads (a test bounds the agent's polling rate with it)."""
 
-    def __init__(self, vm_name: str, *, resource_id: str = "", computer_name: str = "", enable_s: float = 0.0) -> None:
-        self.vm_name, self.enable_s = vm_name, enable_s
+    def __init__(self, vm_name: str, *, resource_id: str = "", computer_name: str = "", enable_s: float = 0.0,
+                 rate_limit: int = 0) -> None:
+        self.vm_name, self.enable_s, self.rate_limit = vm_name, enable_s, rate_limit
+        self.throttled = 0  # requests refused with 429
+        self._accepted: list[float] = []  # when the requests of the last second were accepted (rate_limit)
         self.enabled_at: float | None = None  # when the first read of the document asked for it, plus enable_s
         self.resource_id = resource_id or (
             "/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/rg/providers/"
@@ -89,6 +94,19 @@ class ImdsStandIn:
         with self._lock:
             self._events = [e for e in self._events if e["EventId"] != event_id]
             self._incarnation += 1
+
+    def admit(self) -> bool:
+        """Whether a request may be answered now: under ``rate_limit`` accepted requests in the last second."""
+        if not self.rate_limit:
+            return True
+        with self._lock:
+            now = time()
+            self._accepted = [t for t in self._accepted if now - t < 1.0]
+            if len(self._accepted) >= self.rate_limit:
+                self.throttled += 1
+                return False
+            self._accepted.append(now)
+            return True
 
     def instance(self) -> dict[str, Any]:
         return {"compute": {"name": self.vm_name, "resourceId": self.resource_id, "osType": "Linux"},
@@ -141,8 +159,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"error": "Not found"})
 
     def _checked(self) -> str | None:
-        """The path, or None once a 400 went out: IMDS refuses a request without both."""
+        """The path, or None once a 400 or a 429 went out: IMDS refuses a request without both headers, and
+        one over its rate limit."""
         parts = urlsplit(self.path)
+        if not self.server.imds.admit():  # type: ignore[attr-defined]
+            self._send(429, {"error": "Too many requests"})
+            return None
         if self.headers.get("Metadata", "").lower() != "true":
             self._send(400, {"error": "Bad request. Required metadata header not specified"})
             return None
