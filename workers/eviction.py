@@ -152,8 +152,7 @@ class EvictionWatcher:
     """Polls Scheduled Events on its own thread until an eviction of this VM or ``finish``.
 
     State: the IMDS client, the agent's stop event, the VM's name once read, whether Scheduled Events has
-    answered yet, the events it acted on and the EventIds of those this VM may approve (acknowledged by
-    ``finish``)."""
+    answered yet, and the events it acted on."""
 
     def __init__(self, imds: Imds, stop: threading.Event, *, poll_s: float, log: Any) -> None:
         self.imds, self.stop, self.log = imds, stop, log
@@ -161,7 +160,6 @@ class EvictionWatcher:
         self.vm_name = ""
         self.answered = False
         self.acted: list[Acted] = []
-        self.pending: list[str] = []
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="eviction-watcher")
 
@@ -179,45 +177,54 @@ class EvictionWatcher:
             if self._poll(HTTP_TIMEOUT_S if self.answered else FIRST_ANSWER_S):
                 return
 
-    def _poll(self, timeout: float) -> bool:
-        """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
+    @property
+    def pending(self) -> list[str]:
+        """The EventIds of the events acted on that this VM approves (``Acted.approvable``), by ``finish``."""
+        return [a.event_id for a in self.acted if a.approvable]
+
+    def _read(self, timeout: float = HTTP_TIMEOUT_S) -> list[Acted] | None:
+        """One read of Scheduled Events: the events this VM stops for, or None when IMDS could not be read (the
+        next poll tries again). A refusal over IMDS's rate limit (5 requests a second per VM, whoever sends
+        them: 429) and a first read that timed out while Scheduled Events is being enabled are logged as what
+        they are; anything else as IMDS unreachable."""
         try:
             self.vm_name = self.vm_name or self.imds.vm_name()
             acted = acted_on(self.imds.scheduled_events(timeout), self.vm_name)
-        except (OSError, ValueError) as exc:  # IMDS unreachable, busy or garbled: the next poll tries again
-            self._failed(exc, first=not self.answered and timeout <= HTTP_TIMEOUT_S)
-            return False
+        except (OSError, ValueError) as exc:  # IMDS unreachable, busy or garbled
+            if isinstance(exc, urllib.error.HTTPError) and exc.code == 429:
+                self.log.info("agent.imds_throttled")
+            elif not self.answered and timeout <= HTTP_TIMEOUT_S:  # the first request for events enables them:
+                self.log.info("agent.scheduled_events_enabling", error=str(exc))  # slow; the thread waits for it
+            else:
+                self.log.warning("agent.imds_unreachable", error=str(exc))
+            return None
         self.answered = True
-        if acted:
-            self.acted, self.pending = acted, [a.event_id for a in acted if a.approvable]
-            self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,
-                             types=sorted({a.kind for a in acted}))
-            self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
-        return bool(acted)
+        return acted
 
-    def _failed(self, exc: Exception, *, first: bool = False) -> None:
-        """Log a read of IMDS that failed: over its rate limit (5 requests a second per VM, whoever sends them:
-        429) or a ``first`` read that timed out while Scheduled Events is being enabled, as what they are;
-        anything else as IMDS unreachable."""
-        if isinstance(exc, urllib.error.HTTPError) and exc.code == 429:
-            self.log.info("agent.imds_throttled")
-        elif first:  # the first request for events enables them: slow on a new VM, and the thread waits for it
-            self.log.info("agent.scheduled_events_enabling", error=str(exc))
-        else:
-            self.log.warning("agent.imds_unreachable", error=str(exc))
+    def _poll(self, timeout: float) -> bool:
+        """One read of Scheduled Events; on an event this VM stops for, set the stop event and say so."""
+        acted = self._read(timeout)
+        if not acted:
+            return False
+        self.acted = acted
+        self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,
+                         types=sorted({a.kind for a in acted}))
+        self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
+        return True
 
     def finish(self) -> None:
         """After the lease loop returned (every attempt settled): acknowledge the evictions acted on."""
         self._done.set()
         if self._thread.is_alive():
             self._thread.join(timeout=HTTP_TIMEOUT_S * 2 + self.poll_s)
-        if not self.pending:
+        pending = self.pending
+        if not pending:
             return
         try:
-            self.imds.acknowledge(self.pending)
-            self.log.info("agent.eviction_acknowledged", events=self.pending)
+            self.imds.acknowledge(pending)
+            self.log.info("agent.eviction_acknowledged", events=pending)
         except (OSError, ValueError) as exc:  # the platform proceeds at NotBefore anyway
-            self.log.warning("agent.eviction_ack_failed", events=self.pending, error=str(exc))
+            self.log.warning("agent.eviction_ack_failed", events=pending, error=str(exc))
 
     def over(self, quit_: threading.Event) -> bool:
         """After ``finish``, when an event was acted on: wait, polling, until the document lists no event this
@@ -230,12 +237,9 @@ class EvictionWatcher:
         ids = [a.event_id for a in self.acted]
         self.log.info("agent.eviction_wait", events=ids, vm=self.vm_name)
         while not quit_.wait(self.poll_s):
-            try:
-                if not acted_on(self.imds.scheduled_events(), self.vm_name):
-                    self.log.info("agent.eviction_over", events=ids, vm=self.vm_name)
-                    return True
-            except (OSError, ValueError) as exc:
-                self._failed(exc)
+            if self._read() == []:
+                self.log.info("agent.eviction_over", events=ids, vm=self.vm_name)
+                return True
         return False
 
 
