@@ -75,6 +75,20 @@ def test_two_slots_on_two_gpus_each_see_one_of_their_own(store, tmp_path, monkey
     assert gpus.node().held == {"0": 0, "1": 0}  # every lease given back
 
 
+def _exec_environ(pid: int, timeout: float = 10.0) -> dict[str, str]:
+    """The environment ``pid`` was started with, once its exec has finished: Popen returns when the child's
+    close-on-exec pipe closes, which the kernel does before the new program's environment is in place, and
+    /proc/<pid>/environ reads empty (or the parent's) until then. UPWELL_NODE_ID is in every agent's and
+    not in this process's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
+        environ = dict(v.split("=", 1) for v in raw.split("\0") if "=" in v)
+        if "UPWELL_NODE_ID" in environ or time.monotonic() > deadline:
+            return environ
+        time.sleep(0.01)
+
+
 def test_local_nodes_on_one_machine_each_get_their_own_share_of_its_gpus(azurite, tmp_path):
     assert gpu_share(list("0123"), 1, 2) == ["0", "2"] and gpu_share(list("0123"), 2, 2) == ["1", "3"]
     assert gpu_share(list("0123"), 1, 1) == list("0123")  # one node: all of them
@@ -85,8 +99,7 @@ def test_local_nodes_on_one_machine_each_get_their_own_share_of_its_gpus(azurite
         pool.scale_to(2)
         given = {}
         for wid, (pid, _) in pool._workers().items():
-            raw = Path(f"/proc/{pid}/environ").read_bytes().decode()
-            environ = dict(v.split("=", 1) for v in raw.split("\0") if "=" in v)
+            environ = _exec_environ(pid)
             if "UPWELL_GPUS" not in environ:  # an empty environ is an agent that has exited (a zombie): say why
                 log = pool.log_dir / f"worker-{wid}.log"
                 pytest.fail(f"{wid} (pid {pid}, exit {process._CHILDREN[pid].poll()}) has no UPWELL_GPUS; "
