@@ -24,7 +24,7 @@ from upwell.after import spec as after_spec
 from upwell.after.gate import gate
 from upwell.documents import check_size
 from upwell.errors import IngestLeased, InputRejected, NotFound
-from upwell.ingest import blocks, lease, manifests
+from upwell.ingest import blocks, heap, lease, manifests
 from upwell.ingest.accept import JobAcceptor
 from upwell.ingest.blobnames import check_name, instrument_drop, is_manifest, is_manifest_input, job_id_for
 from upwell.ingest.datawait import data_exists, wait_for_data, waiting_manifests
@@ -60,6 +60,7 @@ class Ingestor:
         self.ledger = ledger or Ledger(storage)
         self.definitions = Registry(storage, settings.registry_allowlist)
         self.acceptor = JobAcceptor(storage, settings, self.ledger)
+        heap.one_arena()  # before this process's first read of a drop (upwell.ingest.heap)
 
     def ingest(self, name: str) -> Outcome:
         """Ingest incoming/<name>. Raises only upwell errors; transient ones so the host redelivers.
