@@ -10,8 +10,12 @@ Two writers share a row and never overwrite each other's fields (MERGE upserts):
 - the scaler (``upwell.scale.nodes``) writes ``draining``/``drain_at``, and deletes a row once its node is gone.
 
 ``state`` is the agent's word: ``idle``, ``running``, ``draining`` (marked, still holding work), ``drained``
-(marked, holding nothing, taking nothing: it may be removed) or ``stopped`` (exited on its own). A row whose
-beat is older than ``Liveness.dead_after_s`` while its state says the agent is alive is a dead agent.
+(marked, holding nothing, taking nothing: it may be removed), ``maintenance`` (on an Azure VM, holding nothing
+and taking nothing while a Scheduled Event of its VM is listed, ``event`` naming its types: ``workers.eviction``)
+or ``stopped`` (exited on its own). A row whose beat is older than ``Liveness.dead_after_s`` while its state
+says the agent is alive is a dead agent. A ``maintenance`` row is not alive in that sense: it is no capacity,
+and its node is going (Preempt, Terminate) or away for minutes (Reboot, Redeploy); once its beats stop for
+``dead_after_s``, its row is forgotten as a ``stopped`` one is.
 Every method raises only upwell errors (``storage_error``).
 """
 
@@ -43,6 +47,7 @@ class NodeState(str, Enum):
     DRAINING = "draining"
     DRAINED = "drained"
     STOPPED = "stopped"
+    MAINTENANCE = "maintenance"
 
 
 LIVE = (NodeState.IDLE, NodeState.RUNNING, NodeState.DRAINING)  # an agent that says it is there beats
@@ -83,6 +88,7 @@ class NodeRow:
     draining: bool = False
     drain_at: str = ""
     nodes: int = 1  # the allocation the agent stands for: k for a gang agent (UPWELL_GANG_NODES), else 1
+    event: str = ""  # maintenance: the Scheduled Events' types it waits out, e.g. "Reboot"
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.beat)
@@ -106,13 +112,15 @@ class NodeRow:
                    beat=float(entity.get("beat") or 0.0), beat_at=str(entity.get("beat_at") or ""),
                    started_at=str(entity.get("started_at") or ""), vm_size=str(entity.get("vm_size") or ""),
                    spot=bool(entity.get("spot")), draining=bool(entity.get("draining")),
-                   drain_at=str(entity.get("drain_at") or ""), nodes=max(int(entity.get("nodes") or 1), 1))
+                   drain_at=str(entity.get("drain_at") or ""), nodes=max(int(entity.get("nodes") or 1), 1),
+                   event=str(entity.get("event") or ""))
 
     def beat_entity(self, *, first: bool) -> dict[str, Any]:
         """The agent's fields only (a MERGE keeps the scaler's); the first beat also clears ``draining``."""
         entity = {"PartitionKey": self.pool, "RowKey": self.node, "state": self.state.value,
                   "shards": ",".join(self.shards)[:4000], "beat": self.beat, "beat_at": self.beat_at,
-                  "started_at": self.started_at, "vm_size": self.vm_size, "spot": self.spot, "nodes": self.nodes}
+                  "started_at": self.started_at, "vm_size": self.vm_size, "spot": self.spot, "nodes": self.nodes,
+                  "event": self.event}
         if first:
             entity.update(draining=False, drain_at="")
         return entity
@@ -172,7 +180,7 @@ class NodeLog:
 
 
 def beat_row(pool: str, node: str, state: NodeState, shards: Iterable[str], *, started_at: str, vm_size: str,
-             spot: bool, nodes: int = 1) -> NodeRow:
+             spot: bool, nodes: int = 1, event: str = "") -> NodeRow:
     """A beat of now: the row an agent writes."""
     return NodeRow(pool=pool, node=node, state=state, shards=tuple(shards), beat=time.time(), beat_at=now_iso(),
-                   started_at=started_at, vm_size=vm_size, spot=spot, nodes=nodes)
+                   started_at=started_at, vm_size=vm_size, spot=spot, nodes=nodes, event=event)

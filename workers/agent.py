@@ -87,7 +87,8 @@ class Agent:
     def run(self) -> int:
         """Receive and handle work items until stopped, drained, idle for ``idle_exit_s`` or at ``max_items``;
         on an Azure node, through the VM's reboots (``workers.eviction.watched``)."""
-        return eviction.watched(lambda: self.loop.run(self.handle), self.config, self.stop, self.quit, log=self.log)
+        return eviction.watched(lambda: self.loop.run(self.handle), self.config, self.stop, self.quit, log=self.log,
+                                waiting=self.node.maintenance)
 
     def handle(self, msg) -> str:
         """One message: gather the facts once, decide once, then act; returns what happened (tests, logs)."""

@@ -226,21 +226,29 @@ class EvictionWatcher:
         except (OSError, ValueError) as exc:  # the platform proceeds at NotBefore anyway
             self.log.warning("agent.eviction_ack_failed", events=pending, error=str(exc))
 
-    def over(self, quit_: threading.Event) -> bool:
+    def over(self, quit_: threading.Event, waiting: Callable[[list[str]], None] | None = None) -> bool:
         """After ``finish``, when an event was acted on: wait, polling, until the document lists no event this
         VM stops for (the VM is back from a Reboot or a Redeploy, or Azure withdrew the event); True then. A VM
         that goes (Preempt, Terminate) takes the waiting agent with it. False at once when nothing was acted
         on, and False when ``quit_`` is set meanwhile (a signal: systemd or docker stopping the agent). An IMDS
-        that does not answer is read again."""
+        that does not answer is read again. ``waiting`` is told the events' types before the wait and after
+        each poll that still lists one (the node's maintenance beat, which rates itself)."""
         if not self.acted:
             return False
         ids = [a.event_id for a in self.acted]
+        kinds = sorted({a.kind for a in self.acted})
         self.log.info("agent.eviction_wait", events=ids, vm=self.vm_name)
-        while not quit_.wait(self.poll_s):
-            if self._read() == []:
+        while True:
+            if waiting is not None:
+                waiting(kinds)
+            if quit_.wait(self.poll_s):
+                return False
+            listed = self._read()
+            if listed:
+                kinds = sorted({a.kind for a in listed})
+            if listed == []:
                 self.log.info("agent.eviction_over", events=ids, vm=self.vm_name)
                 return True
-        return False
 
 
 IMDS_HOST = "169.254.169.254"
@@ -260,12 +268,13 @@ def imds_direct(environ: MutableMapping[str, str]) -> None:
 
 
 def watched(run: Callable[[], int], config: Any, stop: threading.Event, quit_: threading.Event, *,
-            log: Any) -> int:
+            log: Any, waiting: Callable[[list[str]], None] | None = None) -> int:
     """Run the agent's lease loop (``run``) under a watcher on an Azure node (``config.eviction_watch``; a
     local run polls no IMDS): after an event, once it has left the document, run the loop again under a fresh
     watcher (``EvictionWatcher.over``), until the loop ends for any other reason.
     ``quit_`` is set by the agent's signal handlers, which also set ``stop``: a signal that comes while the
-    loop is cleared to run again is not lost."""
+    loop is cleared to run again is not lost. ``waiting``: told the events' types while the agent waits
+    (``EvictionWatcher.over``)."""
     while True:
         watch = (EvictionWatcher(Imds(config.imds_url), stop, poll_s=config.eviction_poll_s, log=log).start()
                  if config.eviction_watch else None)
@@ -274,7 +283,7 @@ def watched(run: Callable[[], int], config: Any, stop: threading.Event, quit_: t
         finally:
             if watch is not None:  # every attempt has settled: the eviction may be acknowledged
                 watch.finish()
-        if watch is None or not watch.over(quit_):
+        if watch is None or not watch.over(quit_, waiting):
             return done
         stop.clear()
         if quit_.is_set():

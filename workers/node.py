@@ -44,7 +44,7 @@ class Heartbeat:
         self._first = True
         self._lock = threading.Lock()
 
-    def beat(self, state: NodeState, shards: list[str], *, force: bool = False) -> bool:
+    def beat(self, state: NodeState, shards: list[str], *, force: bool = False, event: str = "") -> bool:
         """Write the node's state if it changed, if ``force``, or if ``beat_s`` has passed since the last write;
         read the draining mark when ``beat_s`` has passed since the last read (a busy agent whose state changes
         often still reads it). Returns whether the node is marked draining."""
@@ -59,7 +59,8 @@ class Heartbeat:
                 if not (force or state != self._last or now - self._last_at >= self.beat_s):
                     return self.draining
                 self.log.beat(beat_row(self.pool, self.node, state, shards, started_at=self.started_at,
-                                       vm_size=self.vm_size, spot=self.spot, nodes=self.nodes), first=self._first)
+                                       vm_size=self.vm_size, spot=self.spot, nodes=self.nodes, event=event),
+                              first=self._first)
             except UpwellError as exc:
                 if self.logger is not None:
                     self.logger.warning("agent.beat_failed", error=str(exc).splitlines()[0][:200], code=exc.code)
@@ -141,6 +142,13 @@ class Node:
             extend()
             self.tick()
         return tick
+
+    def maintenance(self, kinds: list[str]) -> None:
+        """The agent holds nothing and waits out a Scheduled Event of its VM (``workers.eviction.watched``):
+        it beats ``maintenance`` with the events' types, at once and then every ``beat_s``, so its row says why
+        it takes no work, and it is not taken for a node that exited."""
+        if self.heartbeat is not None:
+            self.heartbeat.beat(NodeState.MAINTENANCE, [], event=",".join(kinds))
 
     def stopped(self, *, drained: bool) -> None:
         """The loop has returned and nothing is in hand: the state file says stopped, and the last beat says

@@ -13,9 +13,10 @@ VM ``upwell-mpi_0`` with the eviction watcher on and IMDS at the stand-in.
 - A ``Reboot`` of this VM alone, with its minimum notice: the agent checkpoints, releases the message at once,
   approves the reboot, so it happens now rather than in 15 minutes, and waits for it, taking no work.
 - The reboot stops the agent (systemd stops its unit: SIGTERM). The VM is back and its agent starts again, as
-  systemd or a Batch start task starts it, while the Reboot is still listed: it takes no work until the event
-  leaves the document, then resumes the shard from the checkpoint, with a preemption and no failure counted; the
-  Redeploy, still days off, is never acknowledged; lost = 0.
+  systemd or a Batch start task starts it, while the Reboot is still listed: it takes no work, and its row in
+  the nodes table says ``maintenance`` (``Reboot``), until the event leaves the document, then resumes the
+  shard from the checkpoint, with a preemption and no failure counted; the Redeploy, still days off, is never
+  acknowledged; lost = 0.
 - A ``Reboot`` of this VM and another, within 15 minutes of its NotBefore: the agent checkpoints and releases
   the shard, and never approves it (that would start it for the other VM too). Azure withdraws it: the same agent
   takes the shard again and finishes it; lost = 0. An agent that exited there would leave a Batch node with no
@@ -35,6 +36,7 @@ from tests.faults.test_cloud_faults import POOL, agent, finished, gone, lost, re
 from upwell import names
 from upwell.ledger import Ledger
 from upwell.local.imds import ImdsStandIn
+from upwell.nodelog import NodeLog, NodeState
 from upwell.storage import Storage
 
 pytestmark = [pytest.mark.cloudfaults, pytest.mark.mpi]
@@ -92,9 +94,13 @@ def test_a_reboot_of_this_vm_checkpoints_is_approved_and_the_vm_resumes_the_shar
         wait(lambda: imds.polls > seen + 10 or proc.poll() is not None, 60, "the agent to read the listed Reboot")
         assert proc.poll() is None, "the agent started after the reboot exited while the Reboot was listed"
         assert ledger.shard(job_id, "s00000").status == "preempted", "work was taken while the Reboot was listed"
+        row = NodeLog(store).get(POOL, VM)
+        assert row is not None and row.state is NodeState.MAINTENANCE and row.event == "Reboot", row
         imds.complete(reboot)
         out = finished(proc)
         assert "agent.eviction_over" in out, out[-3000:]
+        row = NodeLog(store).get(POOL, VM)
+        assert row is not None and row.state is not NodeState.MAINTENANCE and row.event == "", row
         # approved once, before the reboot (not again by the agent that found it Started); the Redeploy never
         assert imds.acks == [reboot] and redeploy not in imds.acks, out[-3000:]
     resumed(store, ledger, job_id, before, "reboot of this VM")

@@ -95,17 +95,19 @@ def test_after_a_reboot_the_agent_waits_while_the_event_is_listed_then_runs_agai
     """Azure lists an event until it has reached its end (about 10 minutes after it Started, so after the VM is
     back): the agent started again after the reboot takes no work until then, and then takes work, where an
     agent that exited would leave a Batch node with no agent (its start task ended) and a VMSS unit restarting."""
-    stop, quit_, calls = threading.Event(), threading.Event(), []
+    stop, quit_, calls, waits = threading.Event(), threading.Event(), [], []
     with ImdsStandIn("vmss_3") as imds:
         reboot = imds.schedule("Reboot", ["vmss_3"], notice_s=900)
         Imds(imds.url).acknowledge([reboot])  # approved before the reboot: listed as Started now
         done: list[int] = []
         thread = threading.Thread(target=lambda: done.append(
-            watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test"))))
+            watched(_agent_loop(stop, calls), _config(imds), stop, quit_, log=logs.get("upwell.test"),
+                    waiting=waits.append)))
         thread.start()
         polls = imds.polls
         wait_for(lambda: imds.polls >= polls + 5, 30, "the agent to read the document while it waits", poll_s=0.05)
         assert calls == [True] and thread.is_alive(), "the agent took work, or exited, while the Reboot was listed"
+        assert len(waits) >= 5 and set(map(tuple, waits)) == {("Reboot",)}  # the node's maintenance beat, told why
         imds.complete(reboot)
         thread.join(30)
         assert not thread.is_alive() and done == [0]

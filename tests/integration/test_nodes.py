@@ -228,3 +228,35 @@ def test_node_step_counts_a_gang_agent_as_its_allocations_nodes(store):
     step = node_step.tend(pool, log, LIVE, _status(name, 5), busy=(), target=0, now=NOW)
     assert step.marked == ("gang",)
     assert log.get(name, "gang").nodes == 4
+
+
+def test_a_node_waiting_out_an_event_is_no_capacity_and_its_row_goes_once_its_beats_stop(store):
+    """An agent in ``maintenance`` (workers.eviction.watched: a Scheduled Event of its VM is listed, it holds
+    nothing and takes nothing) beats, so its row says why it takes no work; the scaler neither counts it toward
+    the target nor marks or protects it (it cannot work for minutes, or its VM is going), and never removes it
+    as dead: once its beats stop (the VM went), its row is forgotten, as a stopped agent's is."""
+    log, name = NodeLog(store), _pool()
+    _seed(log, _row(name, "rebooting", NodeState.MAINTENANCE, age=0, event="Reboot"),
+          _row(name, "preempted", NodeState.MAINTENANCE, age=11, event="Preempt"),
+          _row(name, "idle-a", NodeState.IDLE, age=0))
+    pool = RecordingPool(PoolSpec(name, backend="local"))
+    step = node_step.tend(pool, log, LIVE, _status(name, 3), busy=(), target=1, now=NOW)
+    assert pool.removed == [] and step.dead == () and step.drained == ()
+    assert step.marked == () and pool.drained == []  # one idle agent for a target of one: no surplus
+    assert step.protected == {"idle-a"}
+    rows = {r.node: r for r in log.nodes(name)}
+    assert set(rows) == {"rebooting", "idle-a"}  # the VM whose beats stopped is forgotten
+    assert rows["rebooting"].state is NodeState.MAINTENANCE and rows["rebooting"].event == "Reboot"
+
+
+def test_a_heartbeat_names_the_event_a_node_waits_out_and_clears_it_when_work_resumes(store, monkeypatch):
+    monkeypatch.setenv("UPWELL_DEAD_AFTER_S", "60")
+    log, name = NodeLog(store), _pool()
+    beat = Heartbeat(log, name, "vm-1", beat_s=60.0)
+    beat.beat(NodeState.MAINTENANCE, [], event="Reboot,Redeploy")
+    settings = Settings(pools={name: PoolSpec(name, backend="local")})
+    [shown] = dashboard.nodes(store, settings, datetime.now(UTC))
+    assert shown["state"] == "maintenance" and shown["event"] == "Reboot,Redeploy" and not shown["dead"]
+    beat.beat(NodeState.IDLE, [])  # the event left the document: the loop runs again
+    row = log.get(name, "vm-1")
+    assert row.state is NodeState.IDLE and row.event == ""

@@ -120,14 +120,15 @@ def pools(storage: Storage, settings: Any, now: datetime) -> tuple[list[dict], l
 
 def nodes(storage: Storage, settings: Any, now: datetime, jobs_seen: set[str] | None = None) -> list[dict]:
     """Each pool's nodes as their agents last beat (one partition read per pool): state, the age of the
-    beat, the shards in hand, the drain mark, and whether the beat is old enough to call the agent dead.
+    beat, the shards in hand, the drain mark, whether the beat is old enough to call the agent dead, and the
+    Scheduled Events a node in ``maintenance`` waits out (``event``).
     ``jobs_seen``: a scoped caller's jobs; shards of other jobs are left out of what a node holds."""
     from upwell.nodelog import Liveness, NodeLog
 
     log, liveness, at = NodeLog(storage), Liveness.from_env(os.environ), now.timestamp()
     return [{"pool": r.pool, "node": r.node, "state": r.state.value, "age_s": round(r.age(at), 1),
              "beat_at": r.beat_at, "shards": _shards_seen(r.shards, jobs_seen), "draining": r.draining,
-             "dead": r.dead(at, liveness), "vm_size": r.vm_size, "spot": r.spot}
+             "dead": r.dead(at, liveness), "vm_size": r.vm_size, "spot": r.spot, "event": r.event}
             for name in settings.pools for r in log.nodes(name)]
 
 

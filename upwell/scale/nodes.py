@@ -6,6 +6,9 @@ The Autoscaler calls ``tend`` once per pool per run, after the policy decided it
 - a node whose agent says it is there but has not beaten within ``dead_after_s`` is dead: the pool removes it
   by id (``remove(dead=True)``); its work items come back when their leases lapse, and other agents take them;
 - a node whose agent says ``drained`` (it was marked, holds nothing and takes nothing) is removed by id;
+- a node whose agent says ``maintenance`` (it waits out a Scheduled Event of its VM, holding nothing) is not
+  counted, not marked and not protected: it is no capacity while it waits, and a scale-in may take it; its row
+  is forgotten once its beats have stopped for ``dead_after_s`` (the VM went, or its agent was stopped);
 - while the agents alive and unmarked stand for more nodes than the target (a gang agent for its allocation's
   k), idle ones that the ledger does not show busy are marked draining (and signalled, where the backend can:
   ``drain``); while they stand for fewer (counting nodes still booting), marks not yet acted on are cleared;
@@ -61,8 +64,9 @@ def _tend(pool: WorkerPool, nodelog: NodeLog, liveness: Liveness, status: PoolSt
     rows = nodelog.nodes(name)
     dead = _remove(pool, nodelog, [r.node for r in rows if r.dead(now, liveness)], dead=True)
     drained = _remove(pool, nodelog, [r.node for r in rows if r.state is NodeState.DRAINED], dead=False)
-    for row in rows:  # an agent that exited on its own long ago (idle exit, preemption): its row only
-        if row.state is NodeState.STOPPED and row.age(now) > liveness.dead_after_s:
+    for row in rows:  # an agent that exited on its own long ago (idle exit, preemption), or whose VM went while it
+        # waited out an event: its row only
+        if row.state in (NodeState.STOPPED, NodeState.MAINTENANCE) and row.age(now) > liveness.dead_after_s:
             nodelog.forget(name, row.node)
     alive = [r for r in rows if r.alive(now, liveness)]
     marked = _drain_surplus(pool, nodelog, alive, target, status, busy)

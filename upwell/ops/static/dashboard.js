@@ -197,7 +197,7 @@
         <td>${esc(d.capped_by)}</td><td class="muted">${esc(d.reason)}</td></tr>`);
       rows($("#quarantine tbody"), s.quarantine, (q) => `<tr><td class="mono">${esc(q.blob)}</td><td>${esc(q.field)}</td><td>${esc(q.error)}</td></tr>`);
       rows($("#nodes tbody"), s.nodes || [], (n) => `<tr class="${n.dead ? "dead" : ""}"><td>${esc(n.pool)}</td><td class="mono">${esc(n.node)}</td>
-        <td>${pill(n.dead ? "dead" : n.state)}</td><td class="n">${dur(n.age_s)}</td><td class="mono">${esc(n.shards.join(" "))}</td>
+        <td>${pill(n.dead ? "dead" : n.state)}${n.event ? ` <span class="muted">${esc(n.event)}</span>` : ""}</td><td class="n">${dur(n.age_s)}</td><td class="mono">${esc(n.shards.join(" "))}</td>
         <td>${n.draining ? "yes" : ""}</td></tr>`);
       rows($("#janitor tbody"), s.janitor, (f) => `<tr><td>${time(f.RowKey)}</td><td>${esc(f.kind)}</td><td class="mono">${esc(f.name)}</td>
         <td>${esc(f.reason)}</td><td>${esc(f.action)}</td><td>${esc(f.result || (f.applied ? "" : "dry run"))}</td></tr>`);
