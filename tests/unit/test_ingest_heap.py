@@ -62,12 +62,15 @@ def test_threads_share_one_arena_with_the_setting():
     assert arenas == 1
 
 
-def test_setting_is_made_once_per_process():
+def test_later_calls_give_the_first_answer():
+    """Cached: an Ingestor built per invocation asks again; calls that race the first may make the same
+    setting again, which changes nothing (a whole test run's devhost ingests on several threads)."""
     from upwell.ingest import heap
 
     first = heap.one_arena()
+    assert first is True  # glibc here
     assert heap.one_arena() is first
-    assert heap.one_arena.cache_info().misses == 1
+    assert heap.one_arena.cache_info().currsize == 1
 
 
 def test_an_ingestor_makes_the_setting(monkeypatch):

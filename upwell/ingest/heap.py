@@ -30,8 +30,9 @@ M_ARENA_MAX = -8  # glibc's malloc.h
 
 @functools.cache
 def one_arena() -> bool:
-    """Have this process's threads share one malloc arena from now on (once; later calls return the first
-    answer): whether the C library took the setting."""
+    """Have this process's threads share one malloc arena from now on (cached: later calls return the first
+    answer; calls that race the first make the same setting again, which changes nothing): whether the C
+    library took the setting."""
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
