@@ -92,6 +92,10 @@ def test_an_ingest_killed_half_way_is_redriven_once_its_lease_lapses(stack, monk
             harness.wait_until(lambda: '"devhost.started"' in host.log.read_text(), 60, "the host to start")
             job_id = harness.upload(stack.storage, name, harness.sweep("stalled", FEW))
             harness.wait_until(Path(mark_file).exists, 60, "the ingest to stall at item HALF")
+            # The items before HALF finish on the other enqueue threads and the lease's next beat records them;
+            # a kill in the instant between the stall and that beat would leave the mark at 0 (seen once).
+            harness.wait_until(lambda: getattr(Ledger(stack.storage).job(job_id), "ingest_sent", 0) > 0, 30,
+                               "the lease to record the items sent before the stall")
             host.kill()
             counts.kills += 1
         finally:
