@@ -51,6 +51,7 @@ class NodeState(str, Enum):
 
 
 LIVE = (NodeState.IDLE, NodeState.RUNNING, NodeState.DRAINING)  # an agent that says it is there beats
+QUIET = (NodeState.STOPPED, NodeState.MAINTENANCE)  # takes no work: its row is forgotten once silent for the dead age
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,9 @@ import urllib.request
 from collections.abc import Callable, MutableMapping
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+from workers.agent_config import AZURE_IMDS
 
 EVICTING = frozenset({"Preempt", "Terminate"})  # the VM goes for good
 MAINTENANCE = frozenset({"Reboot", "Redeploy"})  # the VM stops and comes back
@@ -118,6 +121,11 @@ def acted_on(document: dict[str, Any], vm_name: str, now: float | None = None,
             out.append(Acted(str(event.get("EventId", "")), str(event.get("EventType")), alone,
                              event.get("EventStatus") == "Started"))
     return out
+
+
+def kinds(acted: list[Acted]) -> list[str]:
+    """The event types among ``acted``, sorted, once each: what the log and the node's maintenance beat name."""
+    return sorted({a.kind for a in acted})
 
 
 class Imds:
@@ -208,7 +216,7 @@ class EvictionWatcher:
             return False
         self.acted = acted
         self.log.warning("agent.eviction_notice", events=[a.event_id for a in acted], vm=self.vm_name,
-                         types=sorted({a.kind for a in acted}))
+                         types=kinds(acted))
         self.stop.set()  # the SIGTERM path: checkpoint, release at once, take no more work
         return True
 
@@ -236,22 +244,22 @@ class EvictionWatcher:
         if not self.acted:
             return False
         ids = [a.event_id for a in self.acted]
-        kinds = sorted({a.kind for a in self.acted})
+        types = kinds(self.acted)
         self.log.info("agent.eviction_wait", events=ids, vm=self.vm_name)
         while True:
             if waiting is not None:
-                waiting(kinds)
+                waiting(types)
             if quit_.wait(self.poll_s):
                 return False
             listed = self._read()
             if listed:
-                kinds = sorted({a.kind for a in listed})
+                types = kinds(listed)
             if listed == []:
                 self.log.info("agent.eviction_over", events=ids, vm=self.vm_name)
                 return True
 
 
-IMDS_HOST = "169.254.169.254"
+IMDS_HOST = urlsplit(AZURE_IMDS).hostname or ""
 PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from upwell import logs
 from upwell.errors import PoolError, UpwellError
-from upwell.nodelog import Liveness, NodeLog, NodeRow, NodeState
+from upwell.nodelog import QUIET, Liveness, NodeLog, NodeRow, NodeState
 from upwell.pools.base import NodeState as PoolNodeState
 from upwell.pools.base import PoolStatus, WorkerPool
 
@@ -66,7 +66,7 @@ def _tend(pool: WorkerPool, nodelog: NodeLog, liveness: Liveness, status: PoolSt
     drained = _remove(pool, nodelog, [r.node for r in rows if r.state is NodeState.DRAINED], dead=False)
     for row in rows:  # an agent that exited on its own long ago (idle exit, preemption), or whose VM went while it
         # waited out an event: its row only
-        if row.state in (NodeState.STOPPED, NodeState.MAINTENANCE) and row.age(now) > liveness.dead_after_s:
+        if row.state in QUIET and row.age(now) > liveness.dead_after_s:
             nodelog.forget(name, row.node)
     alive = [r for r in rows if r.alive(now, liveness)]
     marked = _drain_surplus(pool, nodelog, alive, target, status, busy)
