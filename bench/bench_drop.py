@@ -14,8 +14,13 @@ away), and ingests a fresh upload of it (validate, shard, ledger rows, work item
   The CPU seconds of each are recorded too, this process's (``cpu_s``) and Azurite's (``azurite_cpu_s``): on
   a machine busy with other work the wall clock tends to the CPU seconds, so ``cpu_ratio`` (plain ÷ ingest,
   both processes counted) is what the wall-clock ratio becomes under full load; ``load`` is the 1-minute
-  load average at each step. Each step starts once Azurite is idle again (``settle``): after a 1 GB upload it
-  works on for seconds, which would otherwise be billed to whichever step came next;
+  load average at each step. ``ceiling`` is the most the ratio could read on this machine's cores for the CPU
+  this ingest spends (both processes; ``phases``): the read can take no less than its CPU seconds spread over
+  every core, and what follows it no less than that too, nor less than Azurite's main thread spent on it (it
+  serves requests one at a time), so plain ÷ (read CPU ÷ cores + that) bounds the ratio from above; the two
+  phases cannot overlap, since no work item goes out before the whole drop is checked. Each step starts once
+  Azurite is idle again (``settle``): after a 1 GB upload it works on for seconds, which would otherwise be
+  billed to whichever step came next;
 - peak RSS of the child, 1 GB ÷ 100 MB (goal ≤ 1.2), and its rise over the RSS before the first ingest;
 - bytes written by ingest ÷ input: every request body the ingest sent (blobs, table rows, queue messages)
   over the blob's size (goal ≤ 0.01).
@@ -44,6 +49,7 @@ from upwell import names  # noqa: E402
 from upwell.storage import Storage  # noqa: E402
 
 COLUMNS = {"time": "float", "heave": "float", "pitch": "float", "roll": "float"}  # the columns ``generate`` writes
+CORES = len(os.sched_getaffinity(0))
 RULE = (b"match: 'benchdrop/*.csv'\npayload: channel-stats\n"
         b"columns: {" + ", ".join(f"{c}: {k}" for c, k in COLUMNS.items()).encode() + b"}\nshard: {rows: 100000}\n")
 
@@ -114,6 +120,33 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def main_thread_cpu(pid: int) -> float:
+    """CPU seconds of the main threads of ``pid`` and its descendants: for Azurite's node, the one thread that
+    runs its JavaScript, so a request's handling, one at a time (its libuv and GC threads left out)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/task/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or _descends(int(entry), pid):
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _descends(child: int, ancestor: int) -> bool:
+    while child > 1:
+        try:
+            child = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            return False
+        if child == ancestor:
+            return True
+    return False
+
+
 def settle(pid: int, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
     """Wait until Azurite has finished the work an upload leaves behind (it spent under 5% of a core over the
     last ``quiet_s``), so that it is not billed to the step measured next; at most ``limit_s``."""
@@ -130,10 +163,10 @@ class ReadClock:
     checked and cut into shards); what follows is the job's record: its row, the shard rows, a work item a
     shard, the lease's finish."""
 
-    def __init__(self) -> None:
+    def __init__(self, azurite_pid: int) -> None:
         from upwell.ingest.shardinputs import InputSharder
 
-        self.ended = 0.0
+        self.ended, self.cpu, self.azurite, self.azurite_main = 0.0, 0.0, 0.0, 0.0
         real, clock = InputSharder.instrument, self
 
         def instrument(*args, **kwargs):
@@ -141,6 +174,8 @@ class ReadClock:
                 return real(*args, **kwargs)
             finally:
                 clock.ended = time.perf_counter()
+                clock.cpu, clock.azurite = time.process_time(), tree_cpu(azurite_pid)
+                clock.azurite_main = main_thread_cpu(azurite_pid)
 
         InputSharder.instrument = instrument
 
@@ -150,12 +185,12 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
     from upwell.ingest.ingestor import Ingestor
     from upwell.settings import Settings
 
-    read = ReadClock()
+    read = ReadClock(azurite_pid)
     store = Storage(conn)
     ingestor = Ingestor(store, Settings())
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     plain, ingest, written, shards, cpu = [], [], [], 0, {"plain": [], "ingest": []}
-    read_s = []
+    read_s, phases = [], []
     az, load = {"plain": [], "ingest": []}, []
     for r in range(repeat):
         name = f"benchdrop/{source.stem}-{r}-{time.time_ns()}.csv"
@@ -176,12 +211,16 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
             read_s.append(read.ended - t)
             cpu["ingest"].append(time.process_time() - c)
             az["ingest"].append(tree_cpu(azurite_pid) - a)
+            phases.append({"read_cpu_s": read.cpu - c + read.azurite - a,
+                           "tail_cpu_s": time.process_time() - read.cpu + tree_cpu(azurite_pid) - read.azurite,
+                           "tail_azurite_main_s": main_thread_cpu(azurite_pid) - read.azurite_main})
         load.append(os.getloadavg()[0])
         if out.status != "accepted":
             raise SystemExit(f"ingest of {name}: {out.status}: {out.message}")
         written.append(meter.bytes)
         shards = out.shards
-    return {"bytes": size, "plain_s": plain, "ingest_s": ingest, "read_s": read_s, "written_bytes": written,
+    return {"bytes": size, "plain_s": plain, "ingest_s": ingest, "read_s": read_s, "phases": phases,
+            "written_bytes": written,
             "shards": shards,
             "cpu_s": cpu, "azurite_cpu_s": az, "load": load,
             "rss_before_kb": rss_before, "rss_peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
@@ -205,7 +244,10 @@ def run_size(conn: str, folder: Path, mb: int, repeat: int, azurite_pid: int) ->
              best_ratio=min(f["plain_s"]) / min(f["ingest_s"]),
              read_ratio=statistics.median(p / r for p, r in zip(f["plain_s"], f["read_s"], strict=True)),
              tail_s=statistics.median(i - r for i, r in zip(f["ingest_s"], f["read_s"], strict=True)),
-             cpu_ratio=statistics.median(p / i for p, i in cpu), written_ratio=max(f["written_bytes"]) / f["bytes"])
+             cpu_ratio=statistics.median(p / i for p, i in cpu), written_ratio=max(f["written_bytes"]) / f["bytes"],
+             cores=CORES, ceiling=statistics.median(
+                 p / (ph["read_cpu_s"] / CORES + max(ph["tail_cpu_s"] / CORES, ph["tail_azurite_main_s"]))
+                 for p, ph in zip(f["plain_s"], f["phases"], strict=True)))
     return f
 
 
@@ -283,7 +325,8 @@ def main() -> None:
         print(f"drop {f['mb']:>5} MB  ingest {min(f['ingest_s']):6.2f} s (runs {each})"
               f"  plain download {min(f['plain_s']):6.2f} s  ratio {f['ratio']:.3f} (pairs {pairs}; best "
               f"{f['best_ratio']:.3f}; CPU {f['cpu_ratio']:.3f}; load {min(f['load']):.1f}-{max(f['load']):.1f}; "
-              f"the read alone {f['read_ratio']:.3f}, then {f['tail_s']:.2f} s to record and enqueue)"
+              f"the read alone {f['read_ratio']:.3f}, then {f['tail_s']:.2f} s to record and enqueue; ceiling on "
+              f"{f['cores']} cores {f['ceiling']:.3f})"
               "  peak RSS "
               f"{f['rss_peak_kb'] / 1024:.0f} MB (+{(f['rss_peak_kb'] - f['rss_before_kb']) / 1024:.0f})  "
               f"written {max(f['written_bytes']):,} B ({f['written_ratio']:.5f} of input), {f['shards']} shards")

@@ -203,6 +203,9 @@ def _drop(f: dict) -> list[dict]:
     out += [{**_row(f"  its read alone, {r['mb']} MB (then {r['tail_s']:.2f} s for {r['shards']} work items)",
                     f"{min(r['read_s']):.2f} s",
                     f"{min(r['plain_s']):.2f} s", r["read_ratio"], None)} for r in f["runs"] if r.get("read_s")]
+    # the most the ratio could read on these cores for the CPU seconds this ingest spends (bench_drop's docstring)
+    out += [_row(f"  its ceiling on {r['cores']} cores, {r['mb']} MB: plain ÷ (read CPU ÷ cores + the rest)",
+                 "", "", r["ceiling"], None) for r in f["runs"] if r.get("ceiling")]
     times = [b / a for a, b in zip(small["ingest_s"], large["ingest_s"], strict=False)]
     out.append({**_row(f"ingest time, {large['mb']} MB ÷ {small['mb']} MB drop (linear: "
                        f"{large['bytes'] / small['bytes']:.1f})", f"{statistics.median(large['ingest_s']):.2f} s",

@@ -37,7 +37,7 @@ def _figures(step: plan.Step) -> dict:
         def run(mb: int) -> dict:
             return {"mb": mb, "bytes": mb * 10**6, "ingest_s": [mb / 50, mb / 45], "plain_s": [mb / 60, mb / 55],
                     "ratio": 0.85, "pair_ratios": [0.84, 0.86], "written_bytes": [mb * 40], "written_ratio": 4e-5,
-                    "rss_peak_kb": 200_000 + mb}
+                    "rss_peak_kb": 200_000 + mb, "cores": 2, "ceiling": 0.86}
         runs = [run(int(mb)) for mb in _arg(step, "--sizes").split(",")]
         return {"runs": runs, "rss_ratio": runs[-1]["rss_peak_kb"] / runs[0]["rss_peak_kb"]}
     if step.bench == "scale":
@@ -77,6 +77,8 @@ def test_the_default_plan_prints_every_measure_of_the_scale_table_at_two_sizes()
     drop = [int(re.search(SCALE_TABLE["drop: ingest ÷ plain download"][1], r["measure"]).group(1))
             for r in made if re.search(SCALE_TABLE["drop: ingest ÷ plain download"][1], r["measure"])]
     assert len(set(drop)) == 2, drop  # ingest ÷ download at both drop sizes
+    ceilings = [r for r in made if r["measure"].startswith("  its ceiling on 2 cores")]
+    assert [r["ratio"] for r in ceilings] == [0.86, 0.86]  # beside each drop's ratio, what these cores allow
 
 
 def test_the_scale_benches_run_once_and_the_others_repeat():
