@@ -26,6 +26,8 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 from azure.storage.queue import QueueClient, QueueServiceClient
 
+from upwell.storage import sdk_options
+
 
 class MessageCodec:
     """Encode and decode queue message text for one ``messageEncoding`` ("base64" or "none")."""
@@ -56,8 +58,8 @@ class HostStorage:
 
     def __init__(self, connection_string: str) -> None:
         self.connection_string = connection_string
-        self.blobs = BlobServiceClient.from_connection_string(connection_string)
-        self.queues = QueueServiceClient.from_connection_string(connection_string)
+        self.blobs = BlobServiceClient.from_connection_string(connection_string, **sdk_options())
+        self.queues = QueueServiceClient.from_connection_string(connection_string, **sdk_options())
         self._containers: dict[str, ContainerClient] = {}
         self._queue_clients: dict[str, QueueClient] = {}
         self._lock = threading.Lock()
