@@ -99,15 +99,18 @@ class BodyMeter:
         HTTPAdapter.send = self._send
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of process ``pid`` and its descendants, from /proc (Azurite's node)."""
+def tree_cpu(pid: int, *, main_thread: bool = False) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its descendants, from /proc (Azurite's node); with
+    ``main_thread``, of their main threads alone: for node, the one thread that runs its JavaScript, so a
+    request's handling, one at a time (its libuv and GC threads left out)."""
     parents, own = {}, {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        stat = f"/proc/{entry}/task/{entry}/stat" if main_thread else f"/proc/{entry}/stat"
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         parents.setdefault(int(fields[1]), []).append(int(entry))
@@ -118,33 +121,6 @@ def tree_cpu(pid: int) -> float:
         total += own.get(p, 0.0)
         todo += parents.get(p, [])
     return total
-
-
-def main_thread_cpu(pid: int) -> float:
-    """CPU seconds of the main threads of ``pid`` and its descendants: for Azurite's node, the one thread that
-    runs its JavaScript, so a request's handling, one at a time (its libuv and GC threads left out)."""
-    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/task/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry) == pid or _descends(int(entry), pid):
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def _descends(child: int, ancestor: int) -> bool:
-    while child > 1:
-        try:
-            child = int(Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            return False
-        if child == ancestor:
-            return True
-    return False
 
 
 def settle(pid: int, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
@@ -175,7 +151,7 @@ class ReadClock:
             finally:
                 clock.ended = time.perf_counter()
                 clock.cpu, clock.azurite = time.process_time(), tree_cpu(azurite_pid)
-                clock.azurite_main = main_thread_cpu(azurite_pid)
+                clock.azurite_main = tree_cpu(azurite_pid, main_thread=True)
 
         InputSharder.instrument = instrument
 
@@ -213,7 +189,7 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
             az["ingest"].append(tree_cpu(azurite_pid) - a)
             phases.append({"read_cpu_s": read.cpu - c + read.azurite - a,
                            "tail_cpu_s": time.process_time() - read.cpu + tree_cpu(azurite_pid) - read.azurite,
-                           "tail_azurite_main_s": main_thread_cpu(azurite_pid) - read.azurite_main})
+                           "tail_azurite_main_s": tree_cpu(azurite_pid, main_thread=True) - read.azurite_main})
         load.append(os.getloadavg()[0])
         if out.status != "accepted":
             raise SystemExit(f"ingest of {name}: {out.status}: {out.message}")
