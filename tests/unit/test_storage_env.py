@@ -59,10 +59,16 @@ def bare_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def test_the_environment_is_read_per_request_only_where_it_names_a_proxy_or_a_ca_bundle():
+def test_the_environment_is_read_per_request_only_where_it_names_a_proxy():
     assert sdk_options({"PATH": "/usr/bin", "HOME": "/root"}) == {"use_env_settings": False}
-    for key in PROXY_AND_CA + ["ftp_proxy"]:
+    for key in [k for k in PROXY_AND_CA if k.lower().endswith("_proxy")] + ["ftp_proxy"]:
         assert sdk_options({"PATH": "/usr/bin", key: "http://127.0.0.1:3128"}) == {}, key
+    # a CA bundle is taken once, as requests would take it on each request: REQUESTS_CA_BUNDLE first
+    ca = "/etc/ssl/certs/ca-certificates.crt"
+    assert sdk_options({"CURL_CA_BUNDLE": ca}) == {"use_env_settings": False, "connection_verify": ca}
+    assert sdk_options({"REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": "/other.pem"}) == {
+        "use_env_settings": False, "connection_verify": ca}
+    assert sdk_options({"REQUESTS_CA_BUNDLE": ca, "HTTPS_PROXY": "http://127.0.0.1:3128"}) == {}
 
 
 def test_a_proxy_in_the_environment_carries_every_request(bare_env, recorders):
