@@ -99,28 +99,34 @@ class BodyMeter:
         HTTPAdapter.send = self._send
 
 
-def tree_cpu(pid: int, *, main_thread: bool = False) -> float:
-    """CPU seconds (user + system) of process ``pid`` and its descendants, from /proc (Azurite's node); with
-    ``main_thread``, of their main threads alone: for node, the one thread that runs its JavaScript, so a
-    request's handling, one at a time (its libuv and GC threads left out)."""
-    parents, own = {}, {}
+def tree_cpus(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of process ``pid`` and its descendants, from /proc (Azurite's node), and of
+    their main threads alone: for node, the one thread that runs its JavaScript, so a request's handling, one at
+    a time (its libuv and GC threads left out). One walk of /proc for both."""
+    parents, own, main = {}, {}, {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        stat = f"/proc/{entry}/task/{entry}/stat" if main_thread else f"/proc/{entry}/stat"
         try:
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            fields, thread = (Path(stat).read_text().rsplit(")", 1)[1].split()
+                              for stat in (f"/proc/{entry}/stat", f"/proc/{entry}/task/{entry}/stat"))
         except OSError:
             continue
         parents.setdefault(int(fields[1]), []).append(int(entry))
         own[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
-    total, todo = 0.0, [pid]
+        main[int(entry)] = (int(thread[11]) + int(thread[12])) / tick
+    total, threads, todo = 0.0, 0.0, [pid]
     while todo:
         p = todo.pop()
-        total += own.get(p, 0.0)
+        total, threads = total + own.get(p, 0.0), threads + main.get(p, 0.0)
         todo += parents.get(p, [])
-    return total
+    return total, threads
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its descendants (``tree_cpus``)."""
+    return tree_cpus(pid)[0]
 
 
 def settle(pid: int, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
@@ -150,8 +156,7 @@ class ReadClock:
                 return real(*args, **kwargs)
             finally:
                 clock.ended = time.perf_counter()
-                clock.cpu, clock.azurite = time.process_time(), tree_cpu(azurite_pid)
-                clock.azurite_main = tree_cpu(azurite_pid, main_thread=True)
+                clock.cpu, (clock.azurite, clock.azurite_main) = time.process_time(), tree_cpus(azurite_pid)
 
         InputSharder.instrument = instrument
 
@@ -184,12 +189,13 @@ def child(conn: str, source: Path, repeat: int, azurite_pid: int) -> dict:
             t, c, a = time.perf_counter(), time.process_time(), tree_cpu(azurite_pid)
             out = ingestor.ingest(name)
             ingest.append(time.perf_counter() - t)
+            cpu_end, (az_end, az_main_end) = time.process_time(), tree_cpus(azurite_pid)
             read_s.append(read.ended - t)
-            cpu["ingest"].append(time.process_time() - c)
-            az["ingest"].append(tree_cpu(azurite_pid) - a)
+            cpu["ingest"].append(cpu_end - c)
+            az["ingest"].append(az_end - a)
             phases.append({"read_cpu_s": read.cpu - c + read.azurite - a,
-                           "tail_cpu_s": time.process_time() - read.cpu + tree_cpu(azurite_pid) - read.azurite,
-                           "tail_azurite_main_s": tree_cpu(azurite_pid, main_thread=True) - read.azurite_main})
+                           "tail_cpu_s": cpu_end - read.cpu + az_end - read.azurite,
+                           "tail_azurite_main_s": az_main_end - read.azurite_main})
         load.append(os.getloadavg()[0])
         if out.status != "accepted":
             raise SystemExit(f"ingest of {name}: {out.status}: {out.message}")

@@ -58,8 +58,9 @@ class HostStorage:
 
     def __init__(self, connection_string: str) -> None:
         self.connection_string = connection_string
-        self.blobs = BlobServiceClient.from_connection_string(connection_string, **sdk_options())
-        self.queues = QueueServiceClient.from_connection_string(connection_string, **sdk_options())
+        options = sdk_options()
+        self.blobs = BlobServiceClient.from_connection_string(connection_string, **options)
+        self.queues = QueueServiceClient.from_connection_string(connection_string, **options)
         self._containers: dict[str, ContainerClient] = {}
         self._queue_clients: dict[str, QueueClient] = {}
         self._lock = threading.Lock()
