@@ -46,7 +46,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from upwell import names  # noqa: E402
-from upwell.storage import Storage  # noqa: E402
+from upwell.storage import CHUNK_GET_BYTES, Storage  # noqa: E402
 
 COLUMNS = {"time": "float", "heave": "float", "pitch": "float", "roll": "float"}  # the columns ``generate`` writes
 CORES = len(os.sched_getaffinity(0))
@@ -234,13 +234,13 @@ def run_size(conn: str, folder: Path, mb: int, repeat: int, azurite_pid: int) ->
 
 
 def reader(path: Path, repeat: int) -> dict:
-    """The CSV reader alone (``shard_csv`` as ingest calls it, on the file's 4 MiB chunks, no storage): wall,
+    """The CSV reader alone (``shard_csv`` as ingest calls it, on the file in download-sized chunks, no storage): wall,
     process CPU and its own thread's CPU seconds, against Arrow's typed parse of the same blocks run one after
     another (``csvblocks._typed_ok``, the library's part of the reader, which it overlaps with its own)."""
     from upwell.ingest import csvblocks
     from upwell.ingest.sharding import shard_csv
 
-    data, chunk = path.read_bytes(), 4 << 20
+    data, chunk = path.read_bytes(), CHUNK_GET_BYTES
     layout = csvblocks.Layout(len(COLUMNS), b",", tuple((i, c, k) for i, (c, k) in enumerate(COLUMNS.items())), (),
                               path.name)
     blocks, pos = [], data.index(b"\n") + 1

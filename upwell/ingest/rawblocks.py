@@ -1,8 +1,8 @@
 """Downloaded chunks into blocks of whole lines, with one copy per block.
 
 The columnar reader checks a CSV a block at a time; a block must end at a line end so that no row is
-split between two checks. The chunks a download yields (4 MiB each from the Blob SDK) end anywhere, so
-the unfinished line at the end of one is carried into the next block. ``Pieces`` keeps the chunks read
+split between two checks. The chunks a download yields (16 MiB each, ``upwell.storage.CHUNK_GET_BYTES``) end
+anywhere, so the unfinished line at the end of one is carried into the next block. ``Pieces`` keeps the chunks read
 since the last cut as they came and joins them once, at the cut: the bytes are copied once on their way
 from the download to Arrow, instead of growing one buffer (a copy per chunk) and slicing it (two more).
 
