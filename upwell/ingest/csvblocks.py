@@ -25,11 +25,13 @@ _PATTERNS = {"float": r"^[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)
              "int": r"^[+-]?[0-9]+$"}
 _CASTS = {"float": float, "int": int, "str": str}
 FIELD_LIMIT = 131072  # csv.field_size_limit(): the row-by-row reader refuses longer fields
-# Arrow's block size: a checked block (about one 4 MiB download chunk) is one Arrow block, parsed on the checker's
-# thread alone (use_threads=False), beside the download and the reader's own thread. Arrow's own threads over
-# 1 MiB blocks (its default, and this reader's until 2026-12-04) cost 6% more CPU a GB (3.00 against 2.83 CPU s)
-# and, on two cores that the download shares, made a 1 GB ingest slower (5.77-6.01 s against 5.28-5.85 s, four
-# alternating pairs: bench/README.md); a Function App instance has one or two cores. A row must fit in one block.
+# Arrow's block size. A checked block is one download chunk (16 MiB, upwell.storage.CHUNK_GET_BYTES): two Arrow
+# blocks, which Arrow's own threads parse side by side (use_threads) on the checker's call, beside the download and
+# the reader's own thread. Over 1 MiB blocks (Arrow's default) its threads cost 6% more CPU a GB (3.00 against 2.83
+# CPU s) and made a 1 GB ingest slower when a download served in 4 MiB ranges kept Azurite busy on the same two
+# cores (5.77-6.01 s against 5.28-5.85 s, 2026-12-04). With 16 MiB ranges Azurite needs a third of that CPU, and
+# two 8 MiB blocks at once took a 1 GB ingest from 3.28-3.70 s to 2.74-3.44 s (six runs each, bench/README.md,
+# 2026-12-05). A row must fit in one block.
 _ARROW_BLOCK = 8 << 20
 
 
@@ -131,7 +133,8 @@ _CHECKER: ThreadPoolExecutor | None = None
 
 def _checker() -> ThreadPoolExecutor:
     """The threads that run Arrow's typed parse beside their callers (made on first use); one per ingest
-    the host runs at once, up to four (each parse runs on its own thread alone)."""
+    the host runs at once, up to four. Each waits on its parse, whose Arrow blocks run on Arrow's CPU pool (one
+    thread a core)."""
     global _CHECKER
     if _CHECKER is None:
         _CHECKER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="csv-typed")
@@ -217,7 +220,7 @@ def _typed_ok(block: bytes, layout: Layout, longest: int) -> int:
         table = pacsv.read_csv(
             io.BytesIO(block),
             read_options=pacsv.ReadOptions(column_names=names, block_size=max(_ARROW_BLOCK, 2 * longest + 2),
-                                           use_threads=False),
+                                           use_threads=True),
             parse_options=_parse_options(layout),
             convert_options=pacsv.ConvertOptions(column_types=types, include_columns=list(types), null_values=[],
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False))
