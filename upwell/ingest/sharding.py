@@ -41,7 +41,7 @@ class CsvOptions:
     missing: tuple[str, ...] = ()
 
 
-BLOCK_BYTES = 4 << 20  # the columnar reader checks this much text at a time
+BLOCK_BYTES = 4 << 20  # the columnar reader checks at least this much text at a time (a whole 16 MiB chunk)
 
 
 def _decoded_lines(chunks: Iterable[bytes], source: str, max_line: int, *, first_line: int = 0,
