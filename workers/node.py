@@ -29,9 +29,10 @@ from upwell.timeutil import now_iso
 
 
 class Heartbeat:
-    """Beats of one node. State: the state last written and when (monotonic), whether this is the first
-    beat, and the draining mark last read and when; one lock, as the slots and the loop tick from their own threads.
-    A failed write is logged and tried again at the next tick: the work in hand never waits on it."""
+    """Beats of one node. State: the state (and Scheduled Event types) last written and when (monotonic),
+    whether this is the first beat, and the draining mark last read and when; one lock, as the slots and the
+    loop tick from their own threads. A failed write is logged and tried again at the next tick: the work in
+    hand never waits on it."""
 
     def __init__(self, log: NodeLog, pool: str, node: str, *, beat_s: float, vm_size: str = "", spot: bool = False,
                  nodes: int = 1, logger: Any = None, clock=time.monotonic) -> None:
@@ -39,15 +40,16 @@ class Heartbeat:
         self.vm_size, self.spot, self.logger, self.clock = vm_size, spot, logger, clock
         self.started_at = now_iso()
         self.draining = False
-        self._last: NodeState | None = None
+        self._last: tuple[NodeState, str] | None = None
         self._last_at = self._read_at = float("-inf")
         self._first = True
         self._lock = threading.Lock()
 
     def beat(self, state: NodeState, shards: list[str], *, force: bool = False, event: str = "") -> bool:
-        """Write the node's state if it changed, if ``force``, or if ``beat_s`` has passed since the last write;
-        read the draining mark when ``beat_s`` has passed since the last read (a busy agent whose state changes
-        often still reads it). Returns whether the node is marked draining."""
+        """Write the node's state if it or the events it waits out (``event``: a Scheduled Event's types, which
+        IMDS may add to while the node waits) changed, if ``force``, or if ``beat_s`` has passed since the last
+        write; read the draining mark when ``beat_s`` has passed since the last read (a busy agent whose state
+        changes often still reads it). Returns whether the node is marked draining."""
         with self._lock:
             now = self.clock()
             try:
@@ -56,7 +58,7 @@ class Heartbeat:
                     self.draining, self._read_at = bool(row and row.draining), now
                 if self.draining and state is NodeState.RUNNING:
                     state = NodeState.DRAINING
-                if not (force or state != self._last or now - self._last_at >= self.beat_s):
+                if not (force or (state, event) != self._last or now - self._last_at >= self.beat_s):
                     return self.draining
                 self.log.beat(beat_row(self.pool, self.node, state, shards, started_at=self.started_at,
                                        vm_size=self.vm_size, spot=self.spot, nodes=self.nodes, event=event),
@@ -67,7 +69,7 @@ class Heartbeat:
                 return self.draining
             if self._first:
                 self._read_at = now
-            self._last, self._last_at, self._first = state, now, False
+            self._last, self._last_at, self._first = (state, event), now, False
             return self.draining
 
 

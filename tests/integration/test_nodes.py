@@ -260,3 +260,19 @@ def test_a_heartbeat_names_the_event_a_node_waits_out_and_clears_it_when_work_re
     beat.beat(NodeState.IDLE, [])  # the event left the document: the loop runs again
     row = log.get(name, "vm-1")
     assert row.state is NodeState.IDLE and row.event == ""
+
+
+def test_a_new_scheduled_event_is_written_at_once_and_an_unchanged_one_once_per_interval(store):
+    """IMDS may list a second event while the node waits out the first (a Freeze, then a Reboot of the same
+    VM): the row names both at the next beat, not a whole interval later; the same list is not written again
+    within the interval."""
+    log, pool, clock = CountingLog(store), _pool(), [0.0]
+    beat = Heartbeat(log, pool, "vm-1", beat_s=30.0, clock=lambda: clock[0])
+    beat.beat(NodeState.MAINTENANCE, [], event="Freeze")
+    clock[0] = 5.0
+    beat.beat(NodeState.MAINTENANCE, [], event="Freeze")
+    assert [w.event for w in log.writes] == ["Freeze"]
+    clock[0] = 6.0
+    beat.beat(NodeState.MAINTENANCE, [], event="Freeze,Reboot")
+    assert [w.event for w in log.writes] == ["Freeze", "Freeze,Reboot"]
+    assert log.get(pool, "vm-1").event == "Freeze,Reboot"
