@@ -144,10 +144,10 @@ class Storage:
         # published account on 127.0.0.1:10000-10002 (Azurite's default ports, upwell.local.azurite), so
         # this module needs nothing from upwell/local and the Azure path never loads it.
         self.options = sdk_options()
+        blob_options = {**self.options, "max_chunk_get_size": CHUNK_GET_BYTES}
         if conn and conn != "identity":
             self.connection_string: str | None = conn
-            self.blobs = BlobServiceClient.from_connection_string(conn, max_chunk_get_size=CHUNK_GET_BYTES,
-                                                                   **self.options)
+            self.blobs = BlobServiceClient.from_connection_string(conn, **blob_options)
             self.queues = QueueServiceClient.from_connection_string(conn, **self.options)
             self.tables = TableServiceClient.from_connection_string(conn, **self.options)
             return
@@ -158,8 +158,7 @@ class Storage:
                               f"with __credential=managedidentity")
         cred = _credential(env, prefix)
         self.connection_string = None
-        self.blobs = BlobServiceClient(blob_uri, credential=cred, max_chunk_get_size=CHUNK_GET_BYTES,
-                                       **self.options)
+        self.blobs = BlobServiceClient(blob_uri, credential=cred, **blob_options)
         self.queues = QueueServiceClient(_service_uri(env, prefix, "queue"), credential=cred, **self.options)
         self.tables = TableServiceClient(endpoint=_service_uri(env, prefix, "table"), credential=cred,
                                          **self.options)
